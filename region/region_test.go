@@ -1,0 +1,48 @@
+package region
+
+import "testing"
+
+func TestResidencyAllows(t *testing.T) {
+	eu, us := NewSet("eu"), NewSet("us", "eu", "us")
+	if us.String() != "eu,us" {
+		t.Fatalf("set not sorted and de-duplicated: %s", us)
+	}
+	any := Residency{}
+	euOnly := Residency{Jurisdiction: "eu"}
+	usOnly := Residency{Jurisdiction: "us"}
+	for _, tc := range []struct {
+		r    Residency
+		js   Set
+		want bool
+	}{
+		{any, eu, true}, {any, nil, true},
+		{euOnly, eu, true}, {euOnly, us, true}, {euOnly, NewSet("us"), false}, {euOnly, nil, false},
+		{usOnly, eu, false},
+	} {
+		if got := tc.r.Allows(tc.js); got != tc.want {
+			t.Errorf("%s allows %s = %v, want %v", tc.r, tc.js, got, tc.want)
+		}
+	}
+}
+
+func TestMap(t *testing.T) {
+	m, err := NewMap([]Region{{"eu-west", "eu"}, {"us-east", "us"}, {"eu-north", "eu"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := m.Lookup("eu-north"); !ok || r.Jurisdiction != "eu" {
+		t.Fatal("lookup")
+	}
+	if js := m.Jurisdictions(); len(js) != 2 || js[0] != "eu" || js[1] != "us" {
+		t.Fatalf("jurisdictions %v", js)
+	}
+	for _, bad := range [][]Region{
+		{{"eu-west", "eu"}, {"eu-west", "us"}},
+		{{"EU West", "eu"}},
+		{{"eu-west", ""}},
+	} {
+		if _, err := NewMap(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,457 @@
+package route
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ResponseSink is where an answer goes: the client's HTTP response, or a
+// forwarding stream back to the node the client called. Nothing reaches it
+// until an attempt has produced its first byte, so failures before that can
+// still move to the next target.
+type ResponseSink interface {
+	Header() http.Header
+	WriteHeader(status int)
+	Write(p []byte) (int, error)
+	// Flush sends what was written so far; an error means the client is
+	// gone or too slow to read.
+	Flush() error
+}
+
+// BudgetGate reserves a tenant's spend before an attempt and settles the
+// actual cost after it. The ledger's budget leases plug in here.
+type BudgetGate interface {
+	// Reserve holds usd of tenant's budget, or fails with
+	// ErrBudgetExceeded.
+	Reserve(tenant string, usd float64, now time.Time) (BudgetHold, error)
+}
+
+// BudgetHold is one reservation; Settle replaces it by the actual cost.
+type BudgetHold interface {
+	Settle(usd float64)
+}
+
+// Outcome classifies one attempt.
+type Outcome string
+
+const (
+	OutcomeOK          Outcome = "ok"
+	OutcomeRateLimited Outcome = "rate_limited"  // 429: cooled down, not a failure
+	OutcomeRefused     Outcome = "refused"       // the provider rejected the request itself (400, 413, 422)
+	OutcomeHTTPError   Outcome = "http_error"    // 5xx, 401, 403, 404...
+	OutcomeConnect     Outcome = "connect_error" // no answer: refused, reset, DNS, TLS
+	OutcomeTimeout     Outcome = "timeout"
+	OutcomeBadResponse Outcome = "bad_response" // an answer that is not what the API promises
+	OutcomeBroken      Outcome = "broken_stream"
+	OutcomeCanceled    Outcome = "canceled" // the client went away
+)
+
+// Observer is told of every attempt, for metrics.
+type Observer interface {
+	Attempt(provider string, outcome Outcome, d time.Duration)
+}
+
+// Usage is the token usage of one answer.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// Attempt is one try of one target.
+type Attempt struct {
+	Provider string
+	Outcome  Outcome
+	Status   int // the provider's HTTP status; 0 when none came
+	Detail   string
+	Duration time.Duration
+}
+
+// Result describes how a request was served.
+type Result struct {
+	Target   *Target // the target that answered; nil when none did
+	Attempts []Attempt
+	Route    string // the X-LLMesh-Route explanation
+	Usage    Usage
+	// UsageCounted means the provider reported no usage and the node
+	// counted the tokens itself.
+	UsageCounted bool
+	Cost         float64       // USD
+	TTFT         time.Duration // to the first streamed event
+	// Truncated means a stream broke after its first byte: the client got
+	// an error event instead of [DONE].
+	Truncated bool
+	// ClientGone means the client disconnected or stopped reading.
+	ClientGone bool
+}
+
+// Executor runs plans: it calls each target in turn until one answers,
+// and relays that answer to the sink.
+type Executor struct {
+	cfg      ExecutorConfig
+	client   *http.Client
+	tracker  *Tracker
+	quota    QuotaGate  // nil: no rate limits
+	budget   BudgetGate // nil: no budgets
+	tokens   *Tokenizer
+	observer Observer // nil: none
+	now      func() time.Time
+}
+
+// ExecutorDeps are the parts an Executor works with. Tracker and Tokenizer
+// are required; the rest may be nil.
+type ExecutorDeps struct {
+	Tracker   *Tracker
+	Quota     QuotaGate
+	Budget    BudgetGate
+	Tokenizer *Tokenizer
+	Observer  Observer
+	Clock     func() time.Time // nil: time.Now
+}
+
+// NewExecutor returns an Executor with its own connection pool.
+func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
+	e := &Executor{
+		cfg:      cfg,
+		client:   &http.Client{Transport: newTransport(cfg)},
+		tracker:  d.Tracker,
+		quota:    d.Quota,
+		budget:   d.Budget,
+		tokens:   d.Tokenizer,
+		observer: d.Observer,
+		now:      d.Clock,
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	return e
+}
+
+// Close releases idle upstream connections.
+func (e *Executor) Close() { e.client.CloseIdleConnections() }
+
+// Execute tries plan's targets in order until one answers, within
+// MaxAttempts. A failure before the first byte reaches sink moves to the
+// next target; after it, a stream is never re-sent: a broken stream ends
+// with an error event and Result.Truncated. The returned error is nil
+// when an answer (complete or truncated) was written to sink; otherwise
+// nothing was written and the error says why: a *UpstreamReply to relay as
+// it is, a *RetryAfterError, ErrBudgetExceeded, ErrUpstream, or the
+// context's error when the client went away.
+func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink ResponseSink) (*Result, error) {
+	res := &Result{}
+	var failed []string
+	var lastErr error
+	var rateWait time.Duration
+	attempts := 0
+	for i := range plan.Targets {
+		if attempts >= e.cfg.MaxAttempts {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			res.ClientGone = true
+			return res, err
+		}
+		t := &plan.Targets[i]
+		now := e.now()
+		if !e.tracker.Acquire(t.Provider(), now) {
+			continue // ejected or cooled down since planning
+		}
+		if e.quota != nil {
+			if ok, wait := e.quota.Take(t.Provider(), t.Tokens, now); !ok {
+				e.tracker.Release(t.Provider())
+				rateWait = minPositive(rateWait, wait)
+				continue
+			}
+		}
+		var hold BudgetHold
+		if e.budget != nil {
+			h, err := e.budget.Reserve(req.Tenant, t.MaxCost, now)
+			if err != nil {
+				e.tracker.Release(t.Provider())
+				e.returnQuota(t, t.Tokens)
+				lastErr = err
+				continue
+			}
+			hold = h
+		}
+		attempts++
+		res.Route = plan.Explain(i, failed)
+		a := e.attempt(ctx, req, t, sink, res)
+		res.Attempts = append(res.Attempts, a.Attempt)
+		if e.observer != nil {
+			e.observer.Attempt(t.Provider(), a.Outcome, a.Duration)
+		}
+		e.settle(t, a, hold, res)
+		switch {
+		case a.Outcome == OutcomeCanceled:
+			res.ClientGone = true
+			if a.committed {
+				return res, nil
+			}
+			return res, ctx.Err()
+		case a.committed:
+			res.Target = t
+			return res, nil
+		case a.final != nil:
+			return res, a.final
+		}
+		failed = append(failed, t.Provider()+" ("+a.short()+")")
+		lastErr = fmt.Errorf("%w: %s: %s", ErrUpstream, t.Provider(), a.Detail)
+		if a.Outcome == OutcomeRateLimited {
+			rateWait = minPositive(rateWait, a.retryAfter)
+		}
+	}
+	switch {
+	case lastErr == nil && rateWait > 0,
+		attempts > 0 && allRateLimited(res.Attempts):
+		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited"}
+	case lastErr == nil:
+		return res, fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
+	case errors.Is(lastErr, ErrUpstream) && len(failed) > 1:
+		return res, fmt.Errorf("%w: %d providers failed: %s", ErrUpstream, len(failed), strings.Join(failed, "; "))
+	}
+	return res, lastErr
+}
+
+func allRateLimited(as []Attempt) bool {
+	for _, a := range as {
+		if a.Outcome != OutcomeRateLimited {
+			return false
+		}
+	}
+	return len(as) > 0
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// attemptResult is an Attempt plus what the executor does next.
+type attemptResult struct {
+	Attempt
+	committed  bool          // something reached the sink
+	final      error         // stop and return this error (nothing committed)
+	retryAfter time.Duration // for OutcomeRateLimited
+	usage      Usage
+	counted    bool
+	// ttft is a stream's time to its first event; total the time to a
+	// whole non-streamed answer. Both feed the latency averages.
+	ttft, total time.Duration
+}
+
+func (a *attemptResult) short() string {
+	if a.Status != 0 {
+		return strconv.Itoa(a.Status)
+	}
+	return string(a.Outcome)
+}
+
+func (e *Executor) fail(a *attemptResult, o Outcome, format string, args ...any) *attemptResult {
+	a.Outcome = o
+	a.Detail = fmt.Sprintf(format, args...)
+	return a
+}
+
+// settle reports the attempt to the tracker, gives back unused rate and
+// budget, and accounts what was used.
+func (e *Executor) settle(t *Target, a *attemptResult, hold BudgetHold, res *Result) {
+	p := t.Provider()
+	now := e.now()
+	switch a.Outcome {
+	case OutcomeOK, OutcomeRefused:
+		e.tracker.Success(p, a.ttft, a.total)
+	case OutcomeRateLimited:
+		e.tracker.RateLimited(p, a.retryAfter, now)
+	case OutcomeCanceled:
+		e.tracker.Release(p)
+	default:
+		e.tracker.Failure(p, now)
+	}
+	used := a.usage.PromptTokens + a.usage.CompletionTokens
+	e.returnQuota(t, t.Tokens-used)
+	cost := t.Offer.Model.Cost(a.usage.PromptTokens, a.usage.CompletionTokens)
+	if hold != nil {
+		hold.Settle(cost)
+	}
+	if a.committed {
+		res.Usage, res.UsageCounted, res.Cost = a.usage, a.counted, cost
+	}
+}
+
+func (e *Executor) returnQuota(t *Target, tokens int) {
+	if e.quota != nil && tokens > 0 {
+		e.quota.Return(t.Provider(), tokens, e.now())
+	}
+}
+
+// attempt calls one target and, if it answers, relays the answer.
+func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink ResponseSink, res *Result) *attemptResult {
+	a := &attemptResult{Attempt: Attempt{Provider: t.Provider()}}
+	start := e.now()
+	defer func() { a.Duration = e.now().Sub(start) }()
+
+	// One timer enforces each phase: the first byte (or, unstreamed, the
+	// whole answer), then the gap between events.
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var timedOut atomic.Bool
+	phase := e.cfg.ResponseTimeout
+	if req.Chat.Stream {
+		phase = e.cfg.FirstByteTimeout
+	}
+	timer := time.AfterFunc(phase, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
+	readErr := func(err error, what string) *attemptResult {
+		switch {
+		case ctx.Err() != nil:
+			return e.fail(a, OutcomeCanceled, "client went away")
+		case timedOut.Load():
+			return e.fail(a, OutcomeTimeout, "%s: timed out", what)
+		}
+		return e.fail(a, OutcomeConnect, "%s: %v", what, cleanErr(err))
+	}
+
+	body := req.Chat.UpstreamBody(t.Offer.UpstreamModel())
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, t.Endpoint(), bytes.NewReader(body))
+	if err != nil {
+		return e.fail(a, OutcomeConnect, "build request: %v", err)
+	}
+	hreq.Header["Content-Type"] = []string{"application/json"}
+	hreq.Header["User-Agent"] = []string{e.cfg.UserAgent}
+	if req.Chat.Stream {
+		hreq.Header["Accept"] = []string{"text/event-stream"}
+	} else {
+		hreq.Header["Accept"] = []string{"application/json"}
+	}
+	setAuth(hreq.Header, t.Offer.Provider)
+	resp, err := e.client.Do(hreq)
+	if err != nil {
+		return readErr(err, "request")
+	}
+	defer resp.Body.Close()
+	a.Status = resp.StatusCode
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+	case code == http.StatusTooManyRequests:
+		a.retryAfter = retryAfter(resp.Header, e.now())
+		return e.fail(a, OutcomeRateLimited, "429: %s", snippet(resp.Body, 256))
+	case code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge || code == http.StatusUnprocessableEntity:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		a.final = &UpstreamReply{Provider: t.Provider(), Status: code, Header: resp.Header, Body: b}
+		return e.fail(a, OutcomeRefused, "%d", code)
+	default:
+		return e.fail(a, OutcomeHTTPError, "%d: %s", code, snippet(resp.Body, 256))
+	}
+	if req.Chat.Stream {
+		return e.relay(req, t, resp, sink, res, a, start, timer, readErr)
+	}
+	return e.whole(req, t, resp, sink, res, a, start, readErr)
+}
+
+// respBuffers recycles the buffers that hold non-streamed answers.
+var respBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// whole reads a non-streamed answer, checks it, and writes it to sink.
+func (e *Executor) whole(req *Request, t *Target, resp *http.Response, sink ResponseSink, res *Result, a *attemptResult, start time.Time, readErr func(error, string) *attemptResult) *attemptResult {
+	buf := respBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer respBuffers.Put(buf)
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, e.cfg.MaxResponseBytes+1)); err != nil {
+		return readErr(err, "read answer")
+	}
+	if int64(buf.Len()) > e.cfg.MaxResponseBytes {
+		return e.fail(a, OutcomeBadResponse, "answer larger than %d bytes", e.cfg.MaxResponseBytes)
+	}
+	var doc struct {
+		Choices []struct{} `json:"choices"`
+		Usage   *Usage     `json:"usage"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.Choices) == 0 {
+		return e.fail(a, OutcomeBadResponse, "answer is not a chat completion")
+	}
+	if doc.Usage != nil {
+		a.usage = *doc.Usage
+	} else {
+		a.usage, a.counted = e.countWhole(req, buf.Bytes()), true
+	}
+	a.total = e.now().Sub(start)
+	h := sink.Header()
+	setRouteHeaders(h, t, e.cfg.NodeName, res.Route)
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
+	sink.WriteHeader(http.StatusOK)
+	a.committed = true
+	a.Outcome = OutcomeOK
+	if _, err := sink.Write(buf.Bytes()); err != nil {
+		return e.fail(a, OutcomeCanceled, "write answer: %v", err)
+	}
+	return a
+}
+
+// countWhole counts the usage of an answer that reported none.
+func (e *Executor) countWhole(req *Request, answer []byte) Usage {
+	var doc struct {
+		Choices []struct {
+			Message struct {
+				Content   string     `json:"content"`
+				ToolCalls []ToolCall `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	_ = json.Unmarshal(answer, &doc)
+	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
+	for _, c := range doc.Choices {
+		u.CompletionTokens += e.tokens.Count(c.Message.Content)
+		for _, tc := range c.Message.ToolCalls {
+			u.CompletionTokens += e.tokens.Count(tc.Function.Name) + e.tokens.Count(tc.Function.Arguments)
+		}
+	}
+	return u
+}
+
+// setRouteHeaders names the provider, replica and calling node, and the
+// reason for the choice.
+func setRouteHeaders(h http.Header, t *Target, node, route string) {
+	h["X-Llmesh-Provider"] = []string{t.Provider()}
+	h["X-Llmesh-Route"] = []string{route}
+	via := t.Via
+	if via == "" {
+		via = node
+	}
+	h["X-Llmesh-Via"] = []string{via}
+	if len(t.Offer.Endpoints) > 1 {
+		h["X-Llmesh-Replica"] = []string{replicaName(t.Endpoint())}
+	}
+}
+
+func replicaName(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil {
+		return u.Host
+	}
+	return endpoint
+}
+
+// cleanErr strips the method and URL net/http puts in front of transport
+// errors; the URL may carry an Azure api-version but never a key, and the
+// provider name already says where the error came from.
+func cleanErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

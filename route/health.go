@@ -1,0 +1,222 @@
+package route
+
+import (
+	"sync"
+	"time"
+)
+
+// Health is what is known of a provider's condition at one instant.
+type Health struct {
+	// Ejected means the outlier detector has taken the provider out of
+	// rotation: no traffic until its backoff ends and a probe succeeds.
+	Ejected bool
+	// CoolingUntil is when a 429 cooldown ends; zero when there is none.
+	CoolingUntil time.Time
+	// TTFT and Latency are moving averages of the time to the first
+	// streamed token and of the time to a whole non-streamed answer;
+	// zero when nothing has been observed yet.
+	TTFT, Latency time.Duration
+	// ErrorRate is a moving average of failed attempts, 0 to 1.
+	ErrorRate float64
+}
+
+// HealthView is the planner's read-only view of provider health. A node's
+// own Tracker is one; the mesh's merged view of every node's observations
+// is another.
+type HealthView interface {
+	Health(provider string, now time.Time) Health
+}
+
+// HealthConfig tunes outlier detection and cooldowns.
+type HealthConfig struct {
+	// EjectAfter is how many consecutive failures (5xx, connection errors,
+	// timeouts, broken streams) eject a provider.
+	EjectAfter int
+	// BaseEjection is the first ejection's length; each further ejection
+	// without a recovery in between doubles it, up to MaxEjection.
+	BaseEjection, MaxEjection time.Duration
+	// DefaultCooldown is how long a 429 without Retry-After cools a
+	// provider down; MaxCooldown caps what a provider may ask for.
+	DefaultCooldown, MaxCooldown time.Duration
+	// Alpha is the weight of a new sample in the moving averages.
+	Alpha float64
+}
+
+// DefaultHealthConfig returns the settings a node runs with.
+func DefaultHealthConfig() HealthConfig {
+	return HealthConfig{
+		EjectAfter:      5,
+		BaseEjection:    5 * time.Second,
+		MaxEjection:     5 * time.Minute,
+		DefaultCooldown: time.Second,
+		MaxCooldown:     10 * time.Minute,
+		Alpha:           0.2,
+	}
+}
+
+// Tracker is a node's own record of the providers it calls: an outlier
+// detector per provider (consecutive failures eject it; after a backoff a
+// single probe request is let through, and its success restores the
+// provider), 429 cooldowns, and moving averages of latency and errors.
+// It is safe for concurrent use; time is always passed in.
+type Tracker struct {
+	cfg     HealthConfig
+	onEject func(provider string)
+
+	mu sync.RWMutex
+	m  map[string]*providerState
+}
+
+type providerState struct {
+	mu           sync.Mutex
+	failures     int       // consecutive
+	ejections    int       // since the last recovery
+	ejectedUntil time.Time // zero when in rotation
+	probing      bool      // the half-open probe is in flight
+	coolingUntil time.Time
+	ttft, total  float64 // seconds; 0 = no sample yet
+	errRate      float64
+}
+
+// NewTracker returns a Tracker; onEject, if not nil, is called (outside any
+// lock) each time a provider is ejected.
+func NewTracker(cfg HealthConfig, onEject func(provider string)) *Tracker {
+	return &Tracker{cfg: cfg, onEject: onEject, m: map[string]*providerState{}}
+}
+
+func (t *Tracker) state(provider string) *providerState {
+	t.mu.RLock()
+	s := t.m[provider]
+	t.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s = t.m[provider]; s == nil {
+		s = &providerState{}
+		t.m[provider] = s
+	}
+	return s
+}
+
+// Health implements HealthView.
+func (t *Tracker) Health(provider string, now time.Time) Health {
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := Health{
+		Ejected:   !s.ejectedUntil.IsZero() && (now.Before(s.ejectedUntil) || s.probing),
+		TTFT:      seconds(s.ttft),
+		Latency:   seconds(s.total),
+		ErrorRate: s.errRate,
+	}
+	if now.Before(s.coolingUntil) {
+		h.CoolingUntil = s.coolingUntil
+	}
+	return h
+}
+
+// Acquire is called before each attempt on provider. It refuses when the
+// provider is ejected, or cooling down, or when its backoff has ended but
+// another request already holds the probe; otherwise it admits the attempt,
+// making it the probe if the provider is ejected. Every admitted attempt
+// must end in exactly one of Success, Failure, RateLimited or Release.
+func (t *Tracker) Acquire(provider string, now time.Time) bool {
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Before(s.coolingUntil) {
+		return false
+	}
+	if s.ejectedUntil.IsZero() {
+		return true
+	}
+	if now.Before(s.ejectedUntil) || s.probing {
+		return false
+	}
+	s.probing = true
+	return true
+}
+
+// Success records a good attempt: ttft is the time to the first streamed
+// event (0 for a non-streamed answer), total the time to the whole answer
+// (0 for a stream). A successful probe restores an ejected provider.
+func (t *Tracker) Success(provider string, ttft, total time.Duration) {
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = 0
+	s.ejections = 0
+	s.ejectedUntil = time.Time{}
+	s.probing = false
+	s.errRate = ewma(s.errRate, 0, t.cfg.Alpha)
+	if ttft > 0 {
+		s.ttft = ewmaOrFirst(s.ttft, ttft.Seconds(), t.cfg.Alpha)
+	}
+	if total > 0 {
+		s.total = ewmaOrFirst(s.total, total.Seconds(), t.cfg.Alpha)
+	}
+}
+
+// Failure records a failed attempt. EjectAfter consecutive failures, or a
+// failed probe, eject the provider for a backoff that doubles with each
+// ejection. It reports whether this failure ejected the provider.
+func (t *Tracker) Failure(provider string, now time.Time) bool {
+	s := t.state(provider)
+	s.mu.Lock()
+	s.failures++
+	s.errRate = ewma(s.errRate, 1, t.cfg.Alpha)
+	eject := s.probing || (s.ejectedUntil.IsZero() && s.failures >= t.cfg.EjectAfter)
+	if eject {
+		backoff := t.cfg.BaseEjection << min(s.ejections, 20)
+		if backoff > t.cfg.MaxEjection || backoff <= 0 {
+			backoff = t.cfg.MaxEjection
+		}
+		s.ejections++
+		s.ejectedUntil = now.Add(backoff)
+		s.probing = false
+	}
+	s.mu.Unlock()
+	if eject && t.onEject != nil {
+		t.onEject(provider)
+	}
+	return eject
+}
+
+// RateLimited records a 429: the provider is healthy but refuses work
+// until retryAfter has passed (DefaultCooldown when the answer gave none).
+// It is not a health failure.
+func (t *Tracker) RateLimited(provider string, retryAfter time.Duration, now time.Time) {
+	if retryAfter <= 0 {
+		retryAfter = t.cfg.DefaultCooldown
+	}
+	retryAfter = min(retryAfter, t.cfg.MaxCooldown)
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until := now.Add(retryAfter); until.After(s.coolingUntil) {
+		s.coolingUntil = until
+	}
+	s.probing = false
+}
+
+// Release ends an admitted attempt that says nothing about the provider's
+// health, such as one the client abandoned.
+func (t *Tracker) Release(provider string) {
+	s := t.state(provider)
+	s.mu.Lock()
+	s.probing = false
+	s.mu.Unlock()
+}
+
+func ewma(avg, sample, alpha float64) float64 { return avg + alpha*(sample-avg) }
+
+func ewmaOrFirst(avg, sample, alpha float64) float64 {
+	if avg == 0 {
+		return sample
+	}
+	return ewma(avg, sample, alpha)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

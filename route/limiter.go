@@ -1,0 +1,121 @@
+package route
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// QuotaGate admits attempts against a provider's request and token rates.
+// On one node the Limiter holds the whole configured rate; in a mesh the
+// node's lease of the global rate plugs in instead.
+type QuotaGate interface {
+	// Allow reports whether an attempt costing tokens could be taken now
+	// and, if not, how long until it could. It takes nothing.
+	Allow(provider string, tokens int, now time.Time) (bool, time.Duration)
+	// Take takes one request and tokens if both are available.
+	Take(provider string, tokens int, now time.Time) (bool, time.Duration)
+	// Return gives back tokens taken but not used (an estimate larger than
+	// the actual usage, or an attempt that never reached the provider).
+	Return(provider string, tokens int, now time.Time)
+}
+
+// Limiter enforces each provider's requests and tokens per minute with two
+// token buckets, each holding up to one minute's worth. A request asking
+// for more tokens than a whole minute allows passes only when the bucket is
+// full, and leaves it in debt: it is served, and later requests wait.
+type Limiter struct {
+	buckets map[string]*rateBuckets // fixed at construction
+}
+
+type rateBuckets struct {
+	mu       sync.Mutex
+	req, tok bucket
+}
+
+type bucket struct {
+	perMinute float64 // 0 = unlimited
+	level     float64
+	last      time.Time
+}
+
+// NewLimiter returns a Limiter for providers' RPM and TPM.
+func NewLimiter(providers []*Provider) *Limiter {
+	l := &Limiter{buckets: map[string]*rateBuckets{}}
+	for _, p := range providers {
+		if p.RPM == 0 && p.TPM == 0 {
+			continue
+		}
+		l.buckets[p.Name] = &rateBuckets{
+			req: bucket{perMinute: float64(p.RPM), level: float64(p.RPM)},
+			tok: bucket{perMinute: float64(p.TPM), level: float64(p.TPM)},
+		}
+	}
+	return l
+}
+
+func (b *bucket) refill(now time.Time) {
+	if b.perMinute == 0 {
+		return
+	}
+	if !b.last.IsZero() && now.After(b.last) {
+		b.level = math.Min(b.perMinute, b.level+now.Sub(b.last).Minutes()*b.perMinute)
+	}
+	if now.After(b.last) {
+		b.last = now
+	}
+}
+
+// wait returns how long until n units are available (0 if they are now).
+func (b *bucket) wait(n float64) time.Duration {
+	if b.perMinute == 0 || b.level >= n || (n > b.perMinute && b.level >= b.perMinute) {
+		return 0
+	}
+	need := math.Min(n, b.perMinute) - b.level
+	return time.Duration(need / b.perMinute * float64(time.Minute))
+}
+
+func (l *Limiter) check(provider string, tokens int, now time.Time, take bool) (bool, time.Duration) {
+	b := l.buckets[provider]
+	if b == nil {
+		return true, 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.req.refill(now)
+	b.tok.refill(now)
+	if w := max(b.req.wait(1), b.tok.wait(float64(tokens))); w > 0 {
+		return false, w
+	}
+	if take {
+		if b.req.perMinute > 0 {
+			b.req.level--
+		}
+		if b.tok.perMinute > 0 {
+			b.tok.level -= float64(tokens)
+		}
+	}
+	return true, 0
+}
+
+// Allow implements QuotaGate.
+func (l *Limiter) Allow(provider string, tokens int, now time.Time) (bool, time.Duration) {
+	return l.check(provider, tokens, now, false)
+}
+
+// Take implements QuotaGate.
+func (l *Limiter) Take(provider string, tokens int, now time.Time) (bool, time.Duration) {
+	return l.check(provider, tokens, now, true)
+}
+
+// Return implements QuotaGate.
+func (l *Limiter) Return(provider string, tokens int, now time.Time) {
+	b := l.buckets[provider]
+	if b == nil || b.tok.perMinute == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tok.refill(now)
+	b.tok.level = math.Min(b.tok.perMinute, b.tok.level+float64(tokens))
+}

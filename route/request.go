@@ -1,0 +1,451 @@
+package route
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// ChatRequest is a decoded, validated chat completion request. The node
+// interprets only the fields below; every other field of the body (tools,
+// tool_choice, response_format, seed, logprobs, vendor extensions, ...) is
+// relayed to the provider byte for byte.
+type ChatRequest struct {
+	Model    string
+	Messages []Message
+	Stream   bool
+	// IncludeUsage is stream_options.include_usage: the client wants a
+	// final chunk carrying usage.
+	IncludeUsage bool
+	// MaxTokens is max_completion_tokens, else max_tokens; 0 when neither
+	// is given.
+	MaxTokens int
+	// N is the number of choices asked for (1 when absent).
+	N int
+	// User is the body's user field, the session key when no
+	// X-LLMesh-Session header is given.
+	User string
+
+	textBytes int // bytes of text in messages: content, names, tool calls
+	images    int // image parts, each priced at tokensPerImage at most
+	raw       []byte
+	members   []member
+}
+
+// member locates one top-level field of the raw body.
+type member struct {
+	key          string
+	start, end   int // the whole member, from the key's opening quote
+	vstart, vend int // its value
+}
+
+// Message is one entry of messages, decoded only as far as routing and
+// accounting need.
+type Message struct {
+	Role       string     `json:"role"`
+	Name       string     `json:"name"`
+	Content    Content    `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls"`
+	ToolCallID string     `json:"tool_call_id"`
+
+	images int
+}
+
+// ToolCall is an assistant message's call of a tool.
+type ToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// Content is a message's content: a string, an array of typed parts, or
+// null.
+type Content struct {
+	Text  string
+	Parts []ContentPart
+	Set   bool // present and not null
+}
+
+// ContentPart is one element of an array content.
+type ContentPart struct {
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Refusal string `json:"refusal"`
+}
+
+// UnmarshalJSON accepts a string, an array of parts or null.
+func (c *Content) UnmarshalJSON(b []byte) error {
+	switch b[0] {
+	case 'n':
+		*c = Content{}
+		return nil
+	case '"':
+		c.Set = true
+		return json.Unmarshal(b, &c.Text)
+	case '[':
+		c.Set = true
+		if err := json.Unmarshal(b, &c.Parts); err != nil {
+			return &InvalidRequestError{Param: "content", Msg: "must be an array of content parts, each an object with a string type"}
+		}
+		return nil
+	}
+	return &InvalidRequestError{Param: "content", Msg: "must be a string, an array of content parts or null"}
+}
+
+// texts returns the text of m's content parts, name and tool calls excluded.
+func (m *Message) texts() []string {
+	if m.Content.Parts == nil {
+		return []string{m.Content.Text}
+	}
+	out := make([]string, 0, len(m.Content.Parts))
+	for _, p := range m.Content.Parts {
+		out = append(out, p.Text, p.Refusal)
+	}
+	return out
+}
+
+var validRoles = map[string]bool{
+	"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true,
+}
+
+// ParseChatRequest decodes and validates body. The returned request keeps
+// body (it must not be modified afterwards). Errors are InvalidRequestError
+// naming the offending parameter.
+//
+// Beyond what encoding/json checks, it refuses duplicate top-level fields:
+// a body whose "model" appears twice could be routed on one value and
+// executed by a provider that reads the other.
+func ParseChatRequest(body []byte) (*ChatRequest, error) {
+	if !json.Valid(body) {
+		return nil, invalid("", "the request body is not valid JSON")
+	}
+	members, err := scanObject(body)
+	if err != nil {
+		return nil, err
+	}
+	r := &ChatRequest{raw: body, members: members, N: 1}
+	var haveModel, haveMessages bool
+	var maxTokens, maxCompletion int
+	for _, m := range members {
+		v := body[m.vstart:m.vend]
+		switch m.key {
+		case "model":
+			haveModel = true
+			if err := decodeField(m.key, v, &r.Model); err != nil {
+				return nil, err
+			}
+		case "messages":
+			haveMessages = true
+			if err := r.decodeMessages(v); err != nil {
+				return nil, err
+			}
+		case "stream":
+			if err := decodeField(m.key, v, &r.Stream); err != nil {
+				return nil, err
+			}
+		case "stream_options":
+			var so struct {
+				IncludeUsage bool `json:"include_usage"`
+			}
+			if v[0] != '{' && v[0] != 'n' {
+				return nil, invalid(m.key, "must be an object")
+			}
+			if err := decodeField(m.key, v, &so); err != nil {
+				return nil, err
+			}
+			r.IncludeUsage = so.IncludeUsage
+		case "max_tokens":
+			if err := decodeCount(m.key, v, &maxTokens, 1, 1<<30); err != nil {
+				return nil, err
+			}
+		case "max_completion_tokens":
+			if err := decodeCount(m.key, v, &maxCompletion, 1, 1<<30); err != nil {
+				return nil, err
+			}
+		case "n":
+			if err := decodeCount(m.key, v, &r.N, 1, 128); err != nil {
+				return nil, err
+			}
+		case "user":
+			if err := decodeField(m.key, v, &r.User); err != nil {
+				return nil, err
+			}
+		}
+	}
+	switch {
+	case !haveModel || r.Model == "":
+		return nil, invalid("model", "is required")
+	case !haveMessages:
+		return nil, invalid("messages", "is required")
+	case len(r.Messages) == 0:
+		return nil, invalid("messages", "must contain at least one message")
+	}
+	if r.N == 0 {
+		r.N = 1 // "n": null
+	}
+	r.MaxTokens = maxTokens
+	if maxCompletion > 0 {
+		r.MaxTokens = maxCompletion
+	}
+	if !r.Stream {
+		r.IncludeUsage = false
+	}
+	return r, nil
+}
+
+func (r *ChatRequest) decodeMessages(v []byte) error {
+	if v[0] != '[' {
+		return invalid("messages", "must be an array of messages")
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(v, &raws); err != nil {
+		return invalid("messages", "must be an array of messages")
+	}
+	r.Messages = make([]Message, len(raws))
+	for i, raw := range raws {
+		m := &r.Messages[i]
+		param := "messages[" + strconv.Itoa(i) + "]"
+		if raw[0] != '{' {
+			return invalid(param, "must be an object")
+		}
+		if err := json.Unmarshal(raw, m); err != nil {
+			return fieldError(param, err)
+		}
+		if !validRoles[m.Role] {
+			return invalid(param+".role", "must be one of system, developer, user, assistant, tool, function; got %q", m.Role)
+		}
+		if !m.Content.Set && m.Role != "assistant" {
+			return invalid(param+".content", "is required for a %s message", m.Role)
+		}
+		if m.Role == "tool" && m.ToolCallID == "" {
+			return invalid(param+".tool_call_id", "is required for a tool message")
+		}
+		for j, p := range m.Content.Parts {
+			if p.Type == "" {
+				return invalid(param+".content["+strconv.Itoa(j)+"].type", "is required")
+			}
+			if p.Type == "image_url" || p.Type == "input_image" {
+				m.images++
+			}
+		}
+		r.images += m.images
+		r.textBytes += len(m.Role) + len(m.Name)
+		for _, t := range m.texts() {
+			r.textBytes += len(t)
+		}
+		for _, tc := range m.ToolCalls {
+			r.textBytes += len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	return nil
+}
+
+// decodeField decodes one top-level value into dst with an error naming the
+// parameter.
+func decodeField(param string, v []byte, dst any) error {
+	if err := json.Unmarshal(v, dst); err != nil {
+		return fieldError(param, err)
+	}
+	return nil
+}
+
+// decodeCount decodes an integer (or null) that must lie in [lo, hi].
+func decodeCount(param string, v []byte, dst *int, lo, hi int) error {
+	if v[0] == 'n' {
+		return nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return invalid(param, "must be an integer")
+	}
+	if n < int64(lo) || n > int64(hi) {
+		return invalid(param, "must be between %d and %d; got %d", lo, hi, n)
+	}
+	*dst = int(n)
+	return nil
+}
+
+func fieldError(param string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			param += "." + te.Field
+		}
+		return invalid(param, "must be of type %s, not %s", jsonType(te.Type.Kind().String()), te.Value)
+	}
+	var ie *InvalidRequestError
+	if errors.As(err, &ie) {
+		return invalid(param+"."+ie.Param, "%s", ie.Msg)
+	}
+	return invalid(param, "%s", err.Error())
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "struct", "map":
+		return "object"
+	case "float32", "float64":
+		return "number"
+	}
+	return "integer"
+}
+
+// Body returns the request body as the client sent it.
+func (r *ChatRequest) Body() []byte { return r.raw }
+
+// UpstreamBody returns the body to send upstream: the client's body with
+// model set to the provider's name for it and, for streams, usage asked for
+// so that every stream can be accounted. Every other byte is the client's.
+// When nothing needs to change, the client's body itself is returned.
+func (r *ChatRequest) UpstreamBody(model string) []byte {
+	wantUsage := r.Stream && !r.IncludeUsage
+	if model == r.Model && !wantUsage {
+		return r.raw
+	}
+	out := make([]byte, 0, len(r.raw)+64)
+	out = append(out, '{')
+	sawOptions := false
+	for i, m := range r.members {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		switch {
+		case m.key == "model":
+			out = append(out, `"model":`...)
+			out = strconv.AppendQuote(out, model)
+		case m.key == "stream_options" && wantUsage:
+			sawOptions = true
+			out = append(out, `"stream_options":`...)
+			out = append(out, withIncludeUsage(r.raw[m.vstart:m.vend])...)
+		default:
+			out = append(out, r.raw[m.start:m.end]...)
+		}
+	}
+	if wantUsage && !sawOptions {
+		if len(r.members) > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `"stream_options":{"include_usage":true}`...)
+	}
+	return append(out, '}')
+}
+
+// withIncludeUsage returns the stream_options object v with include_usage
+// set, keeping any other option the client gave.
+func withIncludeUsage(v []byte) []byte {
+	opts := map[string]json.RawMessage{}
+	if v[0] == '{' {
+		if err := json.Unmarshal(v, &opts); err != nil {
+			return []byte(`{"include_usage":true}`)
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	b, err := json.Marshal(opts)
+	if err != nil {
+		return []byte(`{"include_usage":true}`)
+	}
+	return b
+}
+
+// scanObject lists the top-level members of b, which json.Valid accepted.
+func scanObject(b []byte) ([]member, error) {
+	i := skipSpace(b, 0)
+	if b[i] != '{' {
+		return nil, invalid("", "the request body must be a JSON object")
+	}
+	var out []member
+	i = skipSpace(b, i+1)
+	for b[i] != '}' {
+		start := i
+		kend := skipString(b, i)
+		key, err := unquoteKey(b[start:kend])
+		if err != nil {
+			return nil, invalid("", "the request body has an unreadable field name")
+		}
+		for _, m := range out {
+			if m.key == key {
+				return nil, invalid(key, "is given more than once")
+			}
+		}
+		i = skipSpace(b, kend)
+		i = skipSpace(b, i+1) // past ':'
+		vstart := i
+		vend := skipValue(b, i)
+		out = append(out, member{key: key, start: start, end: vend, vstart: vstart, vend: vend})
+		i = skipSpace(b, vend)
+		if b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return out, nil
+}
+
+func unquoteKey(q []byte) (string, error) {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i].
+func skipString(b []byte, i int) int {
+	for j := i + 1; ; j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; ; j++ {
+			switch b[j] {
+			case '"':
+				j = skipString(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+	}
+	j := i
+	for j < len(b) {
+		switch b[j] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return j
+		}
+		j++
+	}
+	return j
+}

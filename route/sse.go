@@ -1,0 +1,108 @@
+package route
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// errEventTooLarge is returned by sseReader when an upstream event exceeds
+// its size limit: a misbehaving upstream must not make the node buffer
+// without bound.
+var errEventTooLarge = errors.New("upstream event exceeds the size limit")
+
+// sseEvent is one server-sent event, reduced to what a chat completion
+// stream uses. Data is only valid until the next call of next.
+type sseEvent struct {
+	Data    []byte // the data lines joined by '\n'; nil for a comment
+	Comment bool   // a ":" keep-alive line and nothing else
+}
+
+// sseReader parses a text/event-stream (WHATWG HTML §9.2) incrementally.
+// It keeps at most one event in memory.
+type sseReader struct {
+	br      *bufio.Reader
+	max     int
+	data    []byte
+	hasData bool
+}
+
+func newSSEReader(r io.Reader, maxEvent int) *sseReader {
+	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
+}
+
+// buffered reports whether more input is already in memory, so a caller
+// can hold its flush until the burst that arrived together is written.
+func (s *sseReader) buffered() bool { return s.br.Buffered() > 0 }
+
+// next returns the next event. At the end of the input it returns an event
+// still pending (servers that omit the final blank line exist) and then
+// io.EOF; a read error is returned as it is.
+func (s *sseReader) next() (sseEvent, error) {
+	s.data = s.data[:0]
+	s.hasData = false
+	comment := false
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			if err == io.EOF && s.hasData {
+				return sseEvent{Data: s.data}, nil
+			}
+			return sseEvent{}, err
+		}
+		if len(line) == 0 { // end of event
+			if s.hasData {
+				return sseEvent{Data: s.data}, nil
+			}
+			if comment {
+				return sseEvent{Comment: true}, nil
+			}
+			continue
+		}
+		field, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			field, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch {
+		case len(field) == 0:
+			comment = true
+		case string(field) == "data":
+			if s.hasData {
+				s.data = append(s.data, '\n')
+			}
+			if len(s.data)+len(value) > s.max {
+				return sseEvent{}, fmt.Errorf("%w (%d bytes)", errEventTooLarge, s.max)
+			}
+			s.data = append(s.data, value...)
+			s.hasData = true
+		}
+		// event, id and retry fields carry nothing a chat stream uses.
+	}
+}
+
+// readLine returns one line without its terminator (LF, CRLF or CR
+// before LF), refusing lines longer than the event limit.
+func (s *sseReader) readLine() ([]byte, error) {
+	line, err := s.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		long := append([]byte(nil), line...)
+		for err == bufio.ErrBufferFull {
+			if len(long) > s.max {
+				return nil, fmt.Errorf("%w (%d bytes)", errEventTooLarge, s.max)
+			}
+			line, err = s.br.ReadSlice('\n')
+			long = append(long, line...)
+		}
+		line = long
+	}
+	if err != nil && !(err == io.EOF && len(line) > 0) {
+		return nil, err
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r")), nil
+}
