@@ -1,0 +1,192 @@
+package emulator
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// chat answers a chat completion request, from the rate limit on: the
+// path, method, key and api-version have been checked.
+func (x *exchange) chat(body []byte, dep string, azure bool) {
+	e, cfg := x.e, x.cfg
+	if v := e.limit.take(time.Now()); v.limit > 0 {
+		h := x.w.Header()
+		h.Set("x-ratelimit-limit-requests", strconv.Itoa(v.limit))
+		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(v.remaining))
+		h.Set("x-ratelimit-reset-requests", resetString(v.reset))
+		if !v.ok {
+			retry := retryAfterSeconds(v.retry)
+			h.Set("Retry-After", strconv.FormatInt(retry, 10))
+			x.fail(&apiError{
+				status:  http.StatusTooManyRequests,
+				message: "Rate limit reached for requests per min (RPM): Limit " + strconv.Itoa(v.limit) + ". Please try again in " + strconv.FormatInt(retry, 10) + "s.",
+				typ:     "requests",
+				code:    "rate_limit_exceeded",
+			})
+			return
+		}
+	}
+	req, aerr := parseChat(body, azure, dep)
+	if aerr != nil {
+		x.fail(aerr)
+		return
+	}
+	model := req.Model
+	if azure {
+		model = cfg.deploymentModel(dep)
+	}
+	if len(cfg.Models) > 0 && !hasKey(cfg.Models, model) {
+		x.fail(&apiError{status: http.StatusNotFound, message: "The model `" + model + "` does not exist or you do not have access to it.", typ: "invalid_request_error", code: "model_not_found"})
+		return
+	}
+	if req.MaxTokens > maxCompletionTokens {
+		x.fail(invalidParam("max_tokens", "max_tokens is too large: "+strconv.Itoa(req.MaxTokens)+". This model supports at most "+strconv.Itoa(maxCompletionTokens)+" completion tokens."))
+		return
+	}
+	a, aerr := x.analyse(body, req)
+	if aerr != nil {
+		x.fail(aerr)
+		return
+	}
+	if cfg.ErrorRate > 0 && float64(draw(cfg.Seed, x.seq, saltError)>>11)/(1<<53) < cfg.ErrorRate {
+		x.fail(&apiError{status: http.StatusInternalServerError, message: "The server had an error while processing your request. Sorry about that!", typ: "server_error"})
+		return
+	}
+
+	c := &completion{
+		model:        model,
+		created:      time.Now().Unix(),
+		azure:        azure,
+		n:            req.N,
+		includeUsage: req.IncludeUsage,
+		textKey:      draw(cfg.Seed, x.seq, saltText),
+		callKey:      draw(cfg.Seed, x.seq, saltCall),
+		prompt:       a.prompt,
+		call:         a.call,
+	}
+	c.id = string(appendID(nil, "chatcmpl-", draw(cfg.Seed, x.seq, saltID)^fnv(cfg.Name), 29))
+	switch {
+	case c.call != nil:
+		c.tokens, c.finish, c.frags = a.callTokens, "tool_calls", a.frags
+	case req.MaxTokens > 0:
+		c.tokens, c.finish = req.MaxTokens, "length"
+	default:
+		c.tokens, c.finish = cfg.DefaultMaxTokens, "stop"
+	}
+	if req.Stream {
+		x.stream(c)
+	} else {
+		x.respond(c)
+	}
+}
+
+// analyse reads the tools of a body and counts its prompt: the messages
+// with CountMessages, plus the tools array as sent. Bodies seen recently
+// are not analysed again.
+func (x *exchange) analyse(body []byte, req *route.ChatRequest) (analysis, *apiError) {
+	key, a, ok := x.e.bodies.get(body)
+	if ok {
+		return a, nil
+	}
+	t, aerr := readTools(body)
+	if aerr != nil {
+		return a, aerr
+	}
+	tok := x.e.tok
+	a.prompt = tok.CountMessages(req.Messages)
+	if t.raw != nil {
+		a.prompt += tok.Count(string(t.raw))
+	}
+	if a.call = t.call; a.call != nil {
+		a.callTokens = tok.Count(a.call.args)
+		a.frags = fragments(a.call.args, a.callTokens)
+	}
+	x.e.bodies.put(key, a)
+	return a, nil
+}
+
+// completion is the answer to one chat completion request.
+type completion struct {
+	id           string
+	model        string // as reported: the request's, or the deployment's
+	created      int64
+	azure        bool // add Azure's content filter results
+	n            int  // choices
+	tokens       int  // completion tokens per choice
+	finish       string
+	prompt       int // prompt tokens
+	includeUsage bool
+	textKey      uint64 // selects the words
+	callKey      uint64 // selects the tool call ids
+	call         *toolCall
+	frags        []string // the call's arguments as streamed
+}
+
+// steps is the chunks a stream sends per choice before its finish chunk:
+// one per token, or the call's header and one per argument fragment.
+func (c *completion) steps() int {
+	if c.call != nil {
+		return 1 + len(c.frags)
+	}
+	return c.tokens
+}
+
+// stepTokens is the completion tokens chunk step delivers.
+func (c *completion) stepTokens(step int) int {
+	switch {
+	case c.call == nil:
+		return 1
+	case step == 0:
+		return 0
+	case step == len(c.frags):
+		return c.tokens - (len(c.frags) - 1) // the last fragment carries the rest
+	}
+	return 1
+}
+
+// offset is when chunk step is due after the headers: TTFT for the first
+// token, then one token every 1/TPS. A call's header goes with its first
+// fragment.
+func (c *completion) offset(cfg *Config, step int) time.Duration {
+	if c.call != nil {
+		step = max(0, step-1)
+	}
+	return cfg.TTFT + tokenTime(cfg, step)
+}
+
+// tokenTime is how long generating k tokens after the first takes.
+func tokenTime(cfg *Config, k int) time.Duration {
+	if cfg.TPS == 0 || k <= 0 {
+		return 0
+	}
+	return time.Duration(float64(k) * float64(time.Second) / cfg.TPS)
+}
+
+// fragments splits s into at most n pieces of about equal length, at rune
+// boundaries: a call's arguments streamed about a token a chunk.
+func fragments(s string, n int) []string {
+	starts := make([]int, 0, len(s)+1)
+	for i := range s {
+		starts = append(starts, i)
+	}
+	runes := len(starts)
+	starts = append(starts, len(s))
+	n = max(1, min(n, runes))
+	out := make([]string, n)
+	for k := range n {
+		out[k] = s[starts[k*runes/n]:starts[(k+1)*runes/n]]
+	}
+	return out
+}
+
+// fnv is FNV-1a of s.
+func fnv(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
+}

@@ -1,0 +1,136 @@
+package emulator
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"strings"
+	"time"
+)
+
+// Price is what a model costs, in US dollars per million tokens.
+type Price struct {
+	InputUSDPerMTok  float64 // per million prompt tokens
+	OutputUSDPerMTok float64 // per million completion tokens
+}
+
+// maxCompletionTokens is the most tokens one choice may ask for, as a real
+// model caps its output; beyond it a request gets 400 as OpenAI answers.
+// It bounds what one non-streaming answer holds in memory.
+const maxCompletionTokens = 32768
+
+// Config is what an emulator does. Every field can be changed while it runs
+// (SetConfig); a request uses the configuration current when it arrived.
+type Config struct {
+	// Name identifies the emulator: it seeds the completion ids and is the
+	// owned_by of listed models.
+	Name string
+	// Latency delays the response headers of every API request, errors
+	// included, measured from the request's arrival.
+	Latency time.Duration
+	// TTFT is the time from the response headers to the first token: the
+	// first chunk of a stream, or the start of generation otherwise.
+	TTFT time.Duration
+	// TPS is the rate, in tokens per second per choice, of the tokens after
+	// the first; 0 generates them as fast as possible.
+	TPS float64
+	// ErrorRate is the fraction, in [0, 1], of chat completion requests
+	// answered 500 server_error after authentication and validation and
+	// before generation.
+	ErrorRate float64
+	// RPM limits chat completion requests per minute with a token bucket of
+	// capacity RPM refilled at RPM per minute; excess requests get 429. 0
+	// means unlimited.
+	RPM int
+	// APIKey, when set, is required: OpenAI paths need
+	// "Authorization: Bearer KEY", Azure paths "api-key: KEY".
+	APIKey string
+	// Models lists the models served and their prices. When it is empty any
+	// model is served at no charge; otherwise other models get 404
+	// model_not_found.
+	Models map[string]Price
+	// Deployments maps an Azure deployment name to the model it reports and
+	// is priced as; a deployment not listed reports its own name.
+	Deployments map[string]string
+	// DefaultMaxTokens is the completion length, per choice, when a request
+	// gives neither max_tokens nor max_completion_tokens; 0 means 16.
+	DefaultMaxTokens int
+	// Seed makes the generated text, the ids and the error-rate draws a
+	// function of the seed and the order in which requests arrive.
+	Seed int64
+}
+
+// DefaultConfig is an emulator that answers at once: no latency, no rate
+// limit, no errors, any model, no key, 16-token completions.
+func DefaultConfig() Config {
+	return Config{Name: "emulator", DefaultMaxTokens: 16, Seed: 1}
+}
+
+// Validate reports the first field that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.Latency < 0:
+		return fmt.Errorf("emulator: Latency must not be negative, got %s", c.Latency)
+	case c.TTFT < 0:
+		return fmt.Errorf("emulator: TTFT must not be negative, got %s", c.TTFT)
+	case math.IsNaN(c.TPS) || math.IsInf(c.TPS, 0) || c.TPS < 0:
+		return fmt.Errorf("emulator: TPS must be a finite number of tokens per second, 0 or more, got %v", c.TPS)
+	case math.IsNaN(c.ErrorRate) || c.ErrorRate < 0 || c.ErrorRate > 1:
+		return fmt.Errorf("emulator: ErrorRate must be a fraction between 0 and 1, got %v", c.ErrorRate)
+	case c.RPM < 0:
+		return fmt.Errorf("emulator: RPM must not be negative (0 is unlimited), got %d", c.RPM)
+	case c.DefaultMaxTokens < 0 || c.DefaultMaxTokens > maxCompletionTokens:
+		return fmt.Errorf("emulator: DefaultMaxTokens must be between 0 (meaning 16) and %d, got %d", maxCompletionTokens, c.DefaultMaxTokens)
+	}
+	for name, p := range c.Models {
+		if name == "" {
+			return fmt.Errorf("emulator: Models has an empty model name")
+		}
+		if !validPrice(p.InputUSDPerMTok) || !validPrice(p.OutputUSDPerMTok) {
+			return fmt.Errorf("emulator: Models[%q]: prices must be finite and not negative, got %+v", name, p)
+		}
+	}
+	for dep, model := range c.Deployments {
+		switch {
+		case dep == "" || strings.Contains(dep, "/"):
+			return fmt.Errorf("emulator: Deployments: %q is not a valid deployment name", dep)
+		case model == "":
+			return fmt.Errorf("emulator: Deployments[%q]: the model name is empty", dep)
+		case len(c.Models) > 0 && !hasKey(c.Models, model):
+			return fmt.Errorf("emulator: Deployments[%q]: model %q is not in Models", dep, model)
+		}
+	}
+	return nil
+}
+
+func validPrice(p float64) bool { return p >= 0 && !math.IsInf(p, 0) }
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// normalized returns a copy of c that shares no map with the caller, with
+// defaults filled in.
+func (c Config) normalized() *Config {
+	c.Models = maps.Clone(c.Models)
+	c.Deployments = maps.Clone(c.Deployments)
+	if c.DefaultMaxTokens == 0 {
+		c.DefaultMaxTokens = 16
+	}
+	return &c
+}
+
+// deploymentModel is the model an Azure deployment reports.
+func (c *Config) deploymentModel(dep string) string {
+	if m, ok := c.Deployments[dep]; ok {
+		return m
+	}
+	return dep
+}
+
+// cost is what tokens of model cost; 0 for a model without a price.
+func (c *Config) cost(model string, prompt, completion int) float64 {
+	p := c.Models[model]
+	return (float64(prompt)*p.InputUSDPerMTok + float64(completion)*p.OutputUSDPerMTok) / 1e6
+}

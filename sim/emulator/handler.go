@@ -1,0 +1,370 @@
+package emulator
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// maxBodyBytes caps a request body; larger ones get 413.
+const maxBodyBytes = 8 << 20
+
+// endpoint is an API path the emulator serves.
+type endpoint int
+
+const (
+	epUnknown   endpoint = iota
+	epChat               // POST /v1/chat/completions
+	epAzureChat          // POST /openai/deployments/{deployment}/chat/completions
+	epModels             // GET /v1/models
+)
+
+// classify names the endpoint of path, and the deployment of an Azure path.
+func classify(path string) (endpoint, string) {
+	switch path {
+	case "/v1/chat/completions":
+		return epChat, ""
+	case "/v1/models":
+		return epModels, ""
+	}
+	if rest, ok := strings.CutPrefix(path, "/openai/deployments/"); ok {
+		if dep, ok := strings.CutSuffix(rest, "/chat/completions"); ok && dep != "" && !strings.Contains(dep, "/") {
+			return epAzureChat, dep
+		}
+	}
+	return epUnknown, ""
+}
+
+func (ep endpoint) method() string {
+	if ep == epModels {
+		return http.MethodGet
+	}
+	return http.MethodPost
+}
+
+// exchange is one API request being answered.
+type exchange struct {
+	e       *Emulator
+	w       http.ResponseWriter
+	r       *http.Request
+	cfg     *Config // as it was when the request arrived
+	seq     uint64  // the request's number, from 1, in order of arrival
+	arrived time.Time
+	pace    pacer
+}
+
+func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/emulator/") {
+		e.serveControl(w, r)
+		return
+	}
+	if e.Mode() == ModeRefuse {
+		// Only without a listener of its own (or while switching): the
+		// nearest thing to a refused connection.
+		panic(http.ErrAbortHandler)
+	}
+	x := &exchange{e: e, w: w, r: r, cfg: e.cfg.Load(), arrived: time.Now()}
+	x.pace = pacer{ctx: r.Context(), killed: e.killed}
+	defer x.pace.stop()
+
+	body, readErr := readBody(w, r)
+	seq, ok := e.rec.enter(r, body)
+	if !ok {
+		x.fail(&apiError{status: http.StatusServiceUnavailable, message: "The emulator is shutting down.", typ: "server_error"})
+		return
+	}
+	defer e.rec.exit()
+	x.seq = seq
+
+	if e.Mode() == ModeHang {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-e.stopping:
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if !x.pace.until(x.arrived.Add(x.cfg.Latency)) {
+		return
+	}
+	if e.Mode() == ModeError {
+		x.fail(&apiError{status: http.StatusServiceUnavailable, message: "The engine is currently overloaded, please try again later.", typ: "server_error"})
+		return
+	}
+	if readErr != nil {
+		x.fail(readErr)
+		return
+	}
+	ep, dep := classify(r.URL.Path)
+	switch {
+	case ep == epUnknown:
+		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")", typ: "invalid_request_error"})
+		return
+	case r.Method != ep.method():
+		w.Header().Set("Allow", ep.method())
+		x.fail(&apiError{status: http.StatusMethodNotAllowed, message: "Method " + r.Method + " is not allowed on " + r.URL.Path + "; use " + ep.method() + ".", typ: "invalid_request_error"})
+		return
+	case !x.authorized(ep == epAzureChat):
+		x.fail(&apiError{status: http.StatusUnauthorized, message: "Incorrect API key provided.", typ: "invalid_request_error", code: "invalid_api_key"})
+		return
+	case ep == epAzureChat && r.URL.Query().Get("api-version") == "":
+		x.fail(invalidParam("api-version", "Missing required query parameter: api-version."))
+		return
+	case ep == epModels:
+		x.answerModels()
+		return
+	}
+	x.chat(body, dep, ep == epAzureChat)
+}
+
+// readBody reads the body whole, refusing more than maxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > maxBodyBytes {
+		return nil, tooLarge()
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(512, r.ContentLength+1)))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge()
+	case err != nil:
+		return nil, invalidParam("", "The request body could not be read: "+err.Error())
+	}
+	return buf.Bytes(), nil
+}
+
+func tooLarge() *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, message: "The request body exceeds " + strconv.Itoa(maxBodyBytes) + " bytes.", typ: "invalid_request_error", code: "request_too_large"}
+}
+
+func invalidParam(param, msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: msg, typ: "invalid_request_error", param: param}
+}
+
+// authorized checks the API key: a bearer token on OpenAI paths, the
+// api-key header on Azure paths.
+func (x *exchange) authorized(azure bool) bool {
+	if x.cfg.APIKey == "" {
+		return true
+	}
+	var got string
+	if azure {
+		got = x.r.Header.Get("api-key")
+	} else {
+		got, _ = strings.CutPrefix(x.r.Header.Get("Authorization"), "Bearer ")
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(x.cfg.APIKey)) == 1
+}
+
+// fail answers an API request with an error.
+func (x *exchange) fail(err *apiError) {
+	x.answer(err.status, "application/json", err.appendJSON(nil))
+}
+
+// answer writes a whole answer and counts it.
+func (x *exchange) answer(status int, contentType string, body []byte) {
+	h := x.w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	x.w.WriteHeader(status)
+	_, _ = x.w.Write(body) // a client gone is no concern of ours
+	x.e.rec.answered(status)
+}
+
+// modelsCreated is the creation time listed for every model.
+const modelsCreated = 1700000000
+
+// answerModels lists the models in Models and those deployments report.
+func (x *exchange) answerModels() {
+	var names []string
+	for name := range x.cfg.Models {
+		names = append(names, name)
+	}
+	for _, name := range x.cfg.Deployments {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	b := []byte(`{"object":"list","data":[`)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendString(b, name)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, modelsCreated, 10)
+		b = append(b, `,"owned_by":`...)
+		b = appendString(b, x.cfg.Name)
+		b = append(b, '}')
+	}
+	x.answer(http.StatusOK, "application/json", append(b, "]}"...))
+}
+
+// pacer waits for deadlines with one timer, giving up when the request's
+// context ends or Shutdown stops waiting.
+type pacer struct {
+	ctx    context.Context
+	killed <-chan struct{}
+	t      *time.Timer
+}
+
+// until waits for at and reports whether the request should go on: false
+// once its client has gone. When Shutdown cuts requests it aborts the
+// connection (panics with http.ErrAbortHandler), so that a cut stream ends
+// broken rather than clean.
+func (p *pacer) until(at time.Time) bool {
+	var timer <-chan time.Time // nil: do not wait
+	if d := time.Until(at); d > 0 {
+		if p.t == nil {
+			p.t = time.NewTimer(d)
+		} else {
+			p.t.Reset(d)
+		}
+		timer = p.t.C
+	}
+	select {
+	case <-p.ctx.Done():
+		return false
+	case <-p.killed:
+		panic(http.ErrAbortHandler)
+	default:
+	}
+	if timer == nil {
+		return true
+	}
+	select {
+	case <-timer:
+		return true
+	case <-p.ctx.Done():
+		return false
+	case <-p.killed:
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (p *pacer) stop() {
+	if p.t != nil {
+		p.t.Stop()
+	}
+}
+
+// serveControl serves POST /emulator/mode?m=MODE and GET /emulator/stats,
+// which steer an emulator running in another process. They are not API
+// requests: no key, no latency, no failure mode applies and they are not
+// counted.
+func (e *Emulator) serveControl(w http.ResponseWriter, r *http.Request) {
+	var want string
+	switch r.URL.Path {
+	case "/emulator/mode":
+		want = http.MethodPost
+	case "/emulator/stats":
+		want = http.MethodGet
+	default:
+		writeControl(w, http.StatusNotFound, map[string]string{"error": "no such control endpoint; use POST /emulator/mode?m=MODE or GET /emulator/stats"})
+		return
+	}
+	if r.Method != want {
+		w.Header().Set("Allow", want)
+		writeControl(w, http.StatusMethodNotAllowed, map[string]string{"error": "use " + want})
+		return
+	}
+	if want == http.MethodGet {
+		writeControl(w, http.StatusOK, e.Stats())
+		return
+	}
+	m, err := ParseMode(r.URL.Query().Get("m"))
+	if err != nil {
+		writeControl(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if m == ModeRefuse {
+		e.refuseFromControl(w)
+		return
+	}
+	if err := e.SetMode(m); err != nil {
+		writeControl(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
+	}
+	writeControl(w, http.StatusOK, map[string]string{"mode": m.String()})
+}
+
+// refuseFromControl enters ModeRefuse for a control request, which must
+// still get its answer although its connection is one of those refusing
+// closes. It takes the connection over, refuses, and only then answers on
+// it: a client that has the answer knows that new connections are refused.
+func (e *Emulator) refuseFromControl(w http.ResponseWriter) {
+	conn, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil { // HTTP/2, say: answer first and refuse after
+		w.Header().Set("Connection", "close")
+		writeControl(w, http.StatusOK, map[string]string{"mode": ModeRefuse.String()})
+		_ = http.NewResponseController(w).Flush()
+		_ = e.SetMode(ModeRefuse)
+		return
+	}
+	defer conn.Close()
+	status, doc := http.StatusOK, `{"mode":"refuse"}`
+	if err := e.SetMode(ModeRefuse); err != nil {
+		status, doc = http.StatusConflict, `{"error":`+string(appendString(nil, err.Error()))+`}`
+	}
+	_, _ = fmt.Fprintf(rw, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
+		status, http.StatusText(status), len(doc)+1, doc)
+	_ = rw.Flush()
+}
+
+func writeControl(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding failed"}`)
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b))) // complete once flushed, even as the connection closes
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// parseChat decodes body with route.ParseChatRequest. Azure takes the model
+// from the deployment and its clients may leave it out of the body, so an
+// Azure body without one is read as if it named the deployment.
+func parseChat(body []byte, azure bool, dep string) (*route.ChatRequest, *apiError) {
+	req, err := route.ParseChatRequest(body)
+	var ie *route.InvalidRequestError
+	if err != nil && azure && errors.As(err, &ie) && ie.Param == "model" {
+		if req2, err2 := route.ParseChatRequest(withModel(body, dep)); err2 == nil || !errors.As(err2, &ie) || ie.Param != "model" {
+			req, err = req2, err2
+		}
+	}
+	if err == nil {
+		return req, nil
+	}
+	if errors.As(err, &ie) {
+		return nil, invalidParam(ie.Param, ie.Error())
+	}
+	return nil, invalidParam("", err.Error())
+}
+
+// withModel returns the JSON object body with a model member put first.
+func withModel(body []byte, model string) []byte {
+	i := bytes.IndexByte(body, '{') + 1
+	out := make([]byte, 0, len(body)+len(model)+16)
+	out = append(out, body[:i]...)
+	out = append(out, `"model":`...)
+	out = appendString(out, model)
+	if rest := bytes.TrimLeft(body[i:], " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[i:]...)
+}
