@@ -1,0 +1,141 @@
+package node
+
+import (
+	"strings"
+	"testing"
+)
+
+const validConfig = `
+node:
+  name: eu-1
+  region: eu-west
+  data_dir: /var/lib/llmesh
+  http: 127.0.0.1:0
+  rpc: 0.0.0.0:7070
+  gossip: 0.0.0.0:7946
+  raft: 0.0.0.0:7947
+  advertise: 10.0.0.5
+  voter: true
+  bootstrap_expect: 3
+  join: ["10.0.0.6:7946"]
+  admin_token_env: LLMESH_ADMIN_TOKEN
+regions:
+  - {name: eu-west, jurisdiction: eu}
+  - {name: us-east, jurisdiction: us}
+providers:
+  - name: gpu-eu
+    kind: openai
+    region: eu-west
+    reach: region
+    jurisdictions: [eu]
+    base_url: http://10.0.1.10:8000
+    replicas: [http://10.0.1.10:8000, http://10.0.1.11:8000]
+    api_key_env: GPU_EU_KEY
+    priority: 0
+    limits: {rpm: 600, tpm: 1000000}
+    models:
+      - {name: llama-3-8b, upstream: meta-llama/Meta-Llama-3-8B-Instruct, input_usd_per_mtok: 0.05, output_usd_per_mtok: 0.10}
+  - name: azure-eu
+    kind: azure
+    region: eu-west
+    base_url: https://example.openai.azure.com
+    api_version: "2024-10-21"
+    api_key_env: AZURE_KEY
+    models:
+      - {name: gpt-4o, deployment: gpt4o-prod, input_usd_per_mtok: 2.5, output_usd_per_mtok: 10}
+tenants:
+  - name: acme
+    key_sha256: [ "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" ]
+    residency: eu
+    budget: {usd: 500, period: month}
+timeouts:
+  stream_idle: 90s
+`
+
+var testEnv = map[string]string{"LLMESH_ADMIN_TOKEN": "admin", "GPU_EU_KEY": "gpu-secret", "AZURE_KEY": "az-secret"}
+
+func getenv(k string) string { return testEnv[k] }
+
+func TestContractConfigIsAccepted(t *testing.T) {
+	c, err := ParseConfig([]byte(validConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.resolve(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.providers) != 2 || s.providers[0].APIKey.Reveal() != "gpu-secret" || s.providers[1].Jurisdictions.String() != "eu" {
+		t.Fatalf("providers: %+v", s.providers)
+	}
+	if s.executor.StreamIdleTimeout.String() != "1m30s" || s.tenants[0].residency.String() != "eu" {
+		t.Fatalf("settings: %+v", s)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct{ name, edit, want string }{
+		{"unknown top-level key", "colour: blue\n", "colour: unknown field (line 46)"},
+		{"unknown node key", strings.Replace(validConfig, "  voter: true", "  voter: true\n  votre: true", 1), "node.votre: unknown field (line 12)"},
+		{"unknown model key", strings.Replace(validConfig, "output_usd_per_mtok: 0.10}", "output_usd_per_mtok: 0.10, price: 3}", 1), "providers[0].models[0].price: unknown field"},
+		{"wrong type", strings.Replace(validConfig, "priority: 0", "priority: high", 1), `providers[0].priority: "high" is not a valid int (line 27)`},
+		{"wrong type in list", strings.Replace(validConfig, `join: ["10.0.0.6:7946"]`, `join: [{a: b}]`, 1), "node.join[0]: a map is not a valid string (line 13)"},
+		{"bad duration", strings.Replace(validConfig, "stream_idle: 90s", "stream_idle: soon", 1), `"soon" is not a duration`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := tc.edit
+			if !strings.Contains(doc, "node:") {
+				doc = validConfig + doc
+			}
+			_, err := ParseConfig([]byte(doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"no name", "name: eu-1", "name: ''", "node.name: is required"},
+		{"unknown region", "region: eu-west\n  data_dir", "region: mars\n  data_dir", `node.region: "mars" is not one of regions[].name`},
+		{"bad http", "http: 127.0.0.1:0", "http: localhost", `node.http: "localhost" is not a host:port`},
+		{"kind", "kind: azure", "kind: anthropic", `providers[1].kind: "anthropic" must be openai or azure`},
+		{"reach", "reach: region", "reach: galaxy", `providers[0].reach: "galaxy"`},
+		{"base url", "base_url: https://example.openai.azure.com", "base_url: example.com", `providers[1].base_url: "example.com" is not an absolute http(s) URL`},
+		{"url with key", "base_url: https://example.openai.azure.com", "base_url: https://user:pw@example.com", "providers[1].base_url: credentials belong in api_key_env"},
+		{"azure version", `api_version: "2024-10-21"`, "", "providers[1].api_version: is required for an azure provider"},
+		{"azure deployment", "deployment: gpt4o-prod, ", "", "providers[1].models[0].deployment: is required"},
+		{"negative price", "input_usd_per_mtok: 0.05", "input_usd_per_mtok: -1", "providers[0].models[0].input_usd_per_mtok: must not be negative"},
+		{"bad hash", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "secret-key", "tenants[0].key_sha256[0]: must be 64 hex digits"},
+		{"residency", "residency: eu", "residency: mars", `tenants[0].residency: "mars" is not the jurisdiction of any region`},
+		{"period", "period: month", "period: week", `tenants[0].budget.period: "week"`},
+		{"bootstrap non-voter", "voter: true", "voter: false", "node.bootstrap_expect: is for voters"},
+		{"env unset", "api_key_env: GPU_EU_KEY", "api_key_env: NOPE_KEY", "providers[0].api_key_env: environment variable NOPE_KEY is empty or unset"},
+		{"env name", "api_key_env: GPU_EU_KEY", "api_key_env: sk-abc123", `providers[0].api_key_env: "sk-abc123" is not an environment variable name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := strings.Replace(validConfig, tc.from, tc.to, 1)
+			if doc == validConfig {
+				t.Fatalf("edit %q did not apply", tc.from)
+			}
+			c, err := ParseConfig([]byte(doc))
+			if err == nil {
+				_, err = c.resolve(getenv)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "gpu-secret") || strings.Contains(err.Error(), "az-secret") {
+				t.Fatalf("error leaks a secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestConfigRejectsEmptyAndMultiDocument(t *testing.T) {
+	if _, err := ParseConfig(nil); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("empty: %v", err)
+	}
+	if _, err := ParseConfig([]byte(validConfig + "\n---\nnode: {}\n")); err == nil || !strings.Contains(err.Error(), "more than one") {
+		t.Fatalf("two documents: %v", err)
+	}
+}

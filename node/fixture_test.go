@@ -1,0 +1,218 @@
+package node_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+const testKey = "sk-test-0123456789abcdef"
+
+// upstream describes one emulated provider of a test node.
+type upstream struct {
+	name       string
+	kind       string // openai | azure
+	in, out    float64
+	priority   int
+	models     []string // default: gpt-4o-mini
+	emu        emulator.Config
+	rpm        int
+	apiKey     string
+	juris      []string
+	region     string
+	reach      string
+	noEmulator bool // base_url points at a closed port
+}
+
+// fixture is one node in front of emulated providers, all on loopback.
+type fixture struct {
+	t    testing.TB
+	node *node.Node
+	url  string
+	emus map[string]*emulator.Emulator
+	cfg  *node.Config
+}
+
+func baseConfig() *node.Config {
+	sum := sha256.Sum256([]byte(testKey))
+	return &node.Config{
+		Node: node.NodeSection{Name: "test-1", Region: "eu-west", DataDir: "/nonexistent", HTTP: "127.0.0.1:0"},
+		Regions: []node.RegionSection{
+			{Name: "eu-west", Jurisdiction: "eu"},
+			{Name: "us-east", Jurisdiction: "us"},
+		},
+		Tenants: []node.TenantSection{{Name: "t1", KeySHA256: []string{hex.EncodeToString(sum[:])}}},
+	}
+}
+
+// startNode starts emulators for ups and a node routing to them. edit,
+// if not nil, adjusts the configuration before the node is built.
+func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
+	t.Helper()
+	f := &fixture{t: t, emus: map[string]*emulator.Emulator{}, cfg: baseConfig()}
+	env := map[string]string{}
+	for _, u := range ups {
+		models := u.models
+		if len(models) == 0 {
+			models = []string{"gpt-4o-mini"}
+		}
+		ps := node.ProviderSection{
+			Name: u.name, Kind: u.kind, Region: "eu-west", Reach: u.reach, Priority: u.priority,
+			Jurisdictions: u.juris, Limits: node.RateSection{RPM: u.rpm},
+		}
+		if u.region != "" {
+			ps.Region = u.region
+		}
+		ec := u.emu
+		if ec.Name == "" {
+			ec = emulator.DefaultConfig()
+			ec.Name = u.name
+			ec.Latency, ec.TTFT, ec.TPS = u.emu.Latency, u.emu.TTFT, u.emu.TPS
+			ec.ErrorRate, ec.RPM, ec.DefaultMaxTokens = u.emu.ErrorRate, u.emu.RPM, u.emu.DefaultMaxTokens
+		}
+		ec.APIKey = u.apiKey
+		if u.apiKey != "" {
+			envName := strings.ToUpper(strings.ReplaceAll(u.name, "-", "_")) + "_KEY"
+			env[envName] = u.apiKey
+			ps.APIKeyEnv = envName
+		}
+		for _, m := range models {
+			ms := node.ModelSection{Name: m, InputUSDPerMTok: u.in, OutputUSDPerMTok: u.out}
+			if u.kind == "azure" {
+				ms.Deployment = m + "-dep"
+				ps.APIVersion = "2024-10-21"
+			}
+			ps.Models = append(ps.Models, ms)
+		}
+		if u.noEmulator {
+			ps.BaseURL = "http://" + closedAddr(t)
+		} else {
+			e, err := emulator.New(ec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Start("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+			f.emus[u.name] = e
+			ps.BaseURL = e.URL()
+		}
+		f.cfg.Providers = append(f.cfg.Providers, ps)
+	}
+	if edit != nil {
+		edit(f.cfg)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	n, err := node.New(f.cfg, node.Options{Logger: logger, Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := n.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	f.node = n
+	f.url = "http://" + n.HTTPAddr()
+	return f
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	e, _ := emulator.New(emulator.DefaultConfig())
+	if err := e.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	addr := e.Addr()
+	_ = e.Shutdown(context.Background())
+	return addr
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// post sends a chat completion request with the test key.
+func (f *fixture) post(body string, hdr ...string) *http.Response {
+	f.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func readAll(t *testing.T, r io.Reader) string {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+const hello = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
+
+func mustGet(t *testing.T, url string) *http.Response {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func envSet(k string) bool { return os.Getenv(k) != "" }
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}

@@ -1,0 +1,242 @@
+package node
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// routes returns the node's HTTP API.
+func (n *Node) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", n.only(http.MethodPost, n.chat))
+	mux.HandleFunc("/v1/models", n.only(http.MethodGet, n.models))
+	mux.HandleFunc("/healthz", n.only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.name})
+	}))
+	mux.HandleFunc("/readyz", n.only(http.MethodGet, n.readyz))
+	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errNotFound)
+	})
+	return mux
+}
+
+// only answers 405 in OpenAI's shape to methods other than method.
+func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header()["Allow"] = []string{method}
+			writeError(w, errMethod)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
+	if !n.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "node": n.s.name})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "node": n.s.name})
+}
+
+// models lists the models this tenant may use: those with at least one
+// provider its residency allows.
+func (n *Node) models(w http.ResponseWriter, r *http.Request) {
+	t, ok := n.tenants.authenticate(r)
+	if !ok {
+		writeError(w, errUnauthorized)
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	list := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, name := range n.catalog.Models() {
+		for _, o := range n.catalog.Offers(name) {
+			if t.Residency.Allows(o.Provider.Jurisdictions) {
+				list.Data = append(list.Data, model{ID: name, Object: "model", OwnedBy: "llmesh"})
+				break
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// chat serves POST /v1/chat/completions: admit, plan, execute, account.
+func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
+	start := n.now()
+	n.metrics.inFlight.Inc()
+	defer n.metrics.inFlight.Dec()
+	w.Header()["X-Llmesh-Node"] = []string{n.s.name}
+
+	var (
+		model  = "unknown"
+		tenant = ""
+		res    *route.Result
+		status int
+		stream bool
+	)
+	defer func() {
+		provider := ""
+		if res != nil && res.Target != nil {
+			provider = res.Target.Provider()
+		}
+		n.account(start, tenant, model, provider, status, stream, res)
+	}()
+
+	t, ok := n.tenants.authenticate(r)
+	if !ok {
+		status = writeError(w, errUnauthorized)
+		return
+	}
+	tenant = t.Name
+	body, err := n.readBody(w, r)
+	if err != nil {
+		status = writeError(w, err)
+		return
+	}
+	chat, err := route.ParseChatRequest(body)
+	if err != nil {
+		status = writeError(w, err)
+		return
+	}
+	stream = chat.Stream
+	if len(n.catalog.Offers(chat.Model)) > 0 {
+		model = chat.Model
+	}
+	req := &route.Request{Chat: chat, Tenant: t.Name, Residency: t.Residency, Session: r.Header.Get("X-Llmesh-Session")}
+	if req.Session == "" {
+		req.Session = chat.User
+	}
+	plan, err := n.planner.Plan(req, start)
+	if err != nil {
+		status = writeError(w, err)
+		return
+	}
+	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
+	res, err = n.exec.Execute(r.Context(), req, plan, sink)
+	if err != nil {
+		status = writeError(w, err)
+		return
+	}
+	status = sink.status
+	if res.ClientGone {
+		status = statusClientClosed
+	}
+}
+
+// readBody reads the request body within the size limit and the body read
+// timeout, so neither a huge nor a trickling body can hold the node.
+func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > n.s.maxBodyBytes {
+		return nil, errTooLarge
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(n.now().Add(n.s.readBody))
+	defer rc.SetReadDeadline(time.Time{})
+	var buf []byte
+	if r.ContentLength > 0 {
+		buf = make([]byte, 0, r.ContentLength+1)
+	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, n.s.maxBodyBytes), buf)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, errTooLarge
+	case err != nil:
+		return nil, &route.InvalidRequestError{Msg: "could not read the request body: " + err.Error()}
+	case len(body) == 0:
+		return nil, &route.InvalidRequestError{Msg: "the request body is empty"}
+	}
+	return body, nil
+}
+
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	if b == nil {
+		b = make([]byte, 0, 4096)
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		k, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// account records one finished request in metrics and the log.
+func (n *Node) account(start time.Time, tenant, model, provider string, status int, stream bool, res *route.Result) {
+	d := n.now().Sub(start)
+	m := n.metrics
+	m.requests.WithLabelValues(model, provider, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(model, strconv.FormatBool(stream)).Observe(d.Seconds())
+	attrs := []any{"tenant", tenant, "model", model, "status", status, "stream", stream, "ms", d.Milliseconds()}
+	if res != nil && res.Target != nil {
+		u := res.Usage
+		m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
+		m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
+		m.cost.WithLabelValues(tenant, model, provider).Add(res.Cost)
+		if stream {
+			m.ttft.WithLabelValues(model, provider).Observe(res.TTFT.Seconds())
+		}
+		if res.Truncated {
+			m.truncated.WithLabelValues(provider).Inc()
+		}
+		if res.UsageCounted {
+			m.countedTokens.WithLabelValues(provider).Inc()
+		}
+		attrs = append(attrs, "provider", provider, "via", n.s.name, "prompt_tokens", u.PromptTokens,
+			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
+			"truncated", res.Truncated)
+	}
+	n.log.Info("request", attrs...)
+}
+
+// httpSink is a route.ResponseSink over the client's HTTP response. Every
+// write carries its own deadline: a client that stops reading is cut off
+// after clientWrite, while a stream that keeps flowing runs as long as it
+// needs.
+type httpSink struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	status  int
+}
+
+func (s *httpSink) Header() http.Header { return s.w.Header() }
+
+func (s *httpSink) WriteHeader(status int) {
+	s.status = status
+	s.w.WriteHeader(status)
+}
+
+func (s *httpSink) Write(p []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	return s.w.Write(p)
+}
+
+func (s *httpSink) Flush() error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	return s.rc.Flush()
+}

@@ -1,0 +1,327 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+// settings is a Config translated into what each component takes, with
+// defaults applied and secrets read. It is produced by one pure function,
+// resolve.
+type settings struct {
+	name, region string
+	httpAddr     string
+	regions      *region.Map
+	providers    []route.Provider
+	tenants      []tenant
+	executor     route.ExecutorConfig
+	health       route.HealthConfig
+	maxBodyBytes int64
+	readHeader   time.Duration
+	readBody     time.Duration
+	clientWrite  time.Duration
+	adminToken   route.Secret
+}
+
+// tenant is a configured tenant with its key hashes decoded.
+type tenant struct {
+	name      string
+	keys      [][sha256.Size]byte
+	residency region.Residency
+}
+
+// Defaults applied by resolve.
+const (
+	DefaultHTTPAddr     = "127.0.0.1:8080"
+	DefaultMaxBodyBytes = 8 << 20
+)
+
+// resolve validates c and translates it into settings. getenv reads the
+// environment variables that hold secrets. Every problem found is
+// reported, each naming its field.
+func (c *Config) resolve(getenv func(string) string) (*settings, error) {
+	var problems []error
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+	}
+	s := &settings{
+		name:         c.Node.Name,
+		region:       c.Node.Region,
+		httpAddr:     c.Node.HTTP,
+		executor:     route.DefaultExecutorConfig(),
+		health:       route.DefaultHealthConfig(),
+		maxBodyBytes: DefaultMaxBodyBytes,
+		readHeader:   10 * time.Second,
+		readBody:     30 * time.Second,
+		clientWrite:  30 * time.Second,
+	}
+
+	// node
+	n := &c.Node
+	switch {
+	case n.Name == "":
+		bad("node.name", "is required")
+	case !nodeNamePattern.MatchString(n.Name):
+		bad("node.name", "%q must be 1-64 letters, digits, '.', '_' or '-'", n.Name)
+	}
+	if n.DataDir == "" {
+		bad("node.data_dir", "is required")
+	}
+	if s.httpAddr == "" {
+		s.httpAddr = DefaultHTTPAddr
+	}
+	checkHostPort("node.http", s.httpAddr, &problems)
+	checkHostPort("node.rpc", n.RPC, &problems)
+	checkHostPort("node.gossip", n.Gossip, &problems)
+	checkHostPort("node.raft", n.Raft, &problems)
+	for i, j := range n.Join {
+		checkHostPort(fmt.Sprintf("node.join[%d]", i), j, &problems)
+	}
+	if n.BootstrapExpect < 0 {
+		bad("node.bootstrap_expect", "must not be negative")
+	}
+	if n.BootstrapExpect > 0 && !n.Voter {
+		bad("node.bootstrap_expect", "is for voters; set node.voter: true or remove it")
+	}
+	checkEnvName("node.admin_token_env", n.AdminTokenEnv, &problems)
+	if n.AdminTokenEnv != "" {
+		if s.adminToken = route.Secret(getenv(n.AdminTokenEnv)); s.adminToken == "" {
+			bad("node.admin_token_env", "environment variable %s is empty or unset", n.AdminTokenEnv)
+		}
+	}
+
+	// regions
+	if len(c.Regions) == 0 {
+		bad("regions", "at least one region is required")
+	}
+	rs := make([]region.Region, len(c.Regions))
+	for i, r := range c.Regions {
+		rs[i] = region.Region{Name: r.Name, Jurisdiction: region.Jurisdiction(r.Jurisdiction)}
+	}
+	regions, err := region.NewMap(rs)
+	if err != nil {
+		problems = append(problems, err)
+		regions, _ = region.NewMap(nil)
+	}
+	s.regions = regions
+	if n.Region == "" {
+		bad("node.region", "is required")
+	} else if _, ok := regions.Lookup(n.Region); !ok && len(c.Regions) > 0 {
+		bad("node.region", "%q is not one of regions[].name", n.Region)
+	}
+
+	// providers
+	names := map[string]bool{}
+	for i, p := range c.Providers {
+		f := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			bad(f+".name", "is required")
+		} else if !nodeNamePattern.MatchString(p.Name) {
+			bad(f+".name", "%q must be 1-64 letters, digits, '.', '_' or '-'", p.Name)
+		} else if names[p.Name] {
+			bad(f+".name", "%q is used by another provider", p.Name)
+		}
+		names[p.Name] = true
+		rp := route.Provider{
+			Name: p.Name, Kind: route.Kind(p.Kind), Region: p.Region, Reach: route.Reach(p.Reach),
+			BaseURL: p.BaseURL, Replicas: p.Replicas, APIVersion: p.APIVersion, Priority: p.Priority,
+			RPM: p.Limits.RPM, TPM: p.Limits.TPM,
+		}
+		switch rp.Kind {
+		case "":
+			rp.Kind = route.KindOpenAI
+		case route.KindOpenAI, route.KindAzure:
+		default:
+			bad(f+".kind", "%q must be openai or azure", p.Kind)
+		}
+		switch rp.Reach {
+		case "":
+			rp.Reach = route.ReachGlobal
+		case route.ReachGlobal, route.ReachRegion:
+		default:
+			bad(f+".reach", "%q must be global or region", p.Reach)
+		}
+		reg, ok := regions.Lookup(p.Region)
+		if p.Region == "" {
+			bad(f+".region", "is required")
+		} else if !ok {
+			bad(f+".region", "%q is not one of regions[].name", p.Region)
+		}
+		var js []region.Jurisdiction
+		for j, name := range p.Jurisdictions {
+			if !region.ValidName(name) {
+				bad(fmt.Sprintf("%s.jurisdictions[%d]", f, j), "%q is not a valid jurisdiction", name)
+			}
+			js = append(js, region.Jurisdiction(name))
+		}
+		if len(js) == 0 && ok {
+			js = []region.Jurisdiction{reg.Jurisdiction}
+		}
+		rp.Jurisdictions = region.NewSet(js...)
+		if p.BaseURL == "" && len(p.Replicas) == 0 {
+			bad(f+".base_url", "is required (or give replicas)")
+		}
+		if p.BaseURL != "" {
+			checkURL(f+".base_url", p.BaseURL, &problems)
+		}
+		for j, r := range p.Replicas {
+			checkURL(fmt.Sprintf("%s.replicas[%d]", f, j), r, &problems)
+		}
+		checkEnvName(f+".api_key_env", p.APIKeyEnv, &problems)
+		if p.APIKeyEnv != "" {
+			if rp.APIKey = route.Secret(getenv(p.APIKeyEnv)); rp.APIKey == "" {
+				bad(f+".api_key_env", "environment variable %s is empty or unset", p.APIKeyEnv)
+			}
+		}
+		if rp.Kind == route.KindAzure && p.APIVersion == "" {
+			bad(f+".api_version", "is required for an azure provider")
+		}
+		if rp.Kind != route.KindAzure && p.APIVersion != "" {
+			bad(f+".api_version", "is only for azure providers")
+		}
+		if p.Limits.RPM < 0 {
+			bad(f+".limits.rpm", "must not be negative")
+		}
+		if p.Limits.TPM < 0 {
+			bad(f+".limits.tpm", "must not be negative")
+		}
+		if len(p.Models) == 0 {
+			bad(f+".models", "at least one model is required")
+		}
+		models := map[string]bool{}
+		for j, m := range p.Models {
+			mf := fmt.Sprintf("%s.models[%d]", f, j)
+			switch {
+			case m.Name == "":
+				bad(mf+".name", "is required")
+			case models[m.Name]:
+				bad(mf+".name", "%q is listed twice", m.Name)
+			}
+			models[m.Name] = true
+			if m.InputUSDPerMTok < 0 {
+				bad(mf+".input_usd_per_mtok", "must not be negative")
+			}
+			if m.OutputUSDPerMTok < 0 {
+				bad(mf+".output_usd_per_mtok", "must not be negative")
+			}
+			if m.MaxOutputTokens < 0 {
+				bad(mf+".max_output_tokens", "must not be negative")
+			}
+			if rp.Kind == route.KindAzure && m.Deployment == "" {
+				bad(mf+".deployment", "is required for an azure provider")
+			}
+			if rp.Kind != route.KindAzure && m.Deployment != "" {
+				bad(mf+".deployment", "is only for azure providers")
+			}
+			rp.Models = append(rp.Models, route.Model{
+				Name: m.Name, Upstream: m.Upstream, Deployment: m.Deployment,
+				InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok,
+				MaxOutputTokens: m.MaxOutputTokens,
+			})
+		}
+		s.providers = append(s.providers, rp)
+	}
+
+	// tenants
+	tenantNames := map[string]bool{}
+	keyOwner := map[[sha256.Size]byte]string{}
+	known := regions.Jurisdictions()
+	for i, t := range c.Tenants {
+		f := fmt.Sprintf("tenants[%d]", i)
+		switch {
+		case t.Name == "":
+			bad(f+".name", "is required")
+		case !nodeNamePattern.MatchString(t.Name):
+			bad(f+".name", "%q must be 1-64 letters, digits, '.', '_' or '-'", t.Name)
+		case tenantNames[t.Name]:
+			bad(f+".name", "%q is used by another tenant", t.Name)
+		}
+		tenantNames[t.Name] = true
+		tt := tenant{name: t.Name}
+		if len(t.KeySHA256) == 0 {
+			bad(f+".key_sha256", "at least one key hash is required")
+		}
+		for j, h := range t.KeySHA256 {
+			kf := fmt.Sprintf("%s.key_sha256[%d]", f, j)
+			if !sha256Pattern.MatchString(h) {
+				bad(kf, "must be 64 hex digits (the SHA-256 of the key, e.g. from `printf %%s KEY | sha256sum`)")
+				continue
+			}
+			var sum [sha256.Size]byte
+			_, _ = hex.Decode(sum[:], []byte(strings.ToLower(h)))
+			if owner, dup := keyOwner[sum]; dup {
+				bad(kf, "the same key is already given to tenant %q", owner)
+			}
+			keyOwner[sum] = t.Name
+			tt.keys = append(tt.keys, sum)
+		}
+		if t.Residency != "" {
+			if !slices.Contains(known, region.Jurisdiction(t.Residency)) {
+				bad(f+".residency", "%q is not the jurisdiction of any region", t.Residency)
+			}
+			tt.residency = region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}
+		}
+		if b := t.Budget; b != nil {
+			if b.USD <= 0 {
+				bad(f+".budget.usd", "must be positive")
+			}
+			switch b.Period {
+			case "day", "month", "total":
+			case "":
+				bad(f+".budget.period", "is required (day, month or total)")
+			default:
+				bad(f+".budget.period", "%q must be day, month or total", b.Period)
+			}
+		}
+		s.tenants = append(s.tenants, tt)
+	}
+
+	// limits, timeouts, outlier detection
+	if c.Limits.MaxBodyBytes < 0 {
+		bad("limits.max_body_bytes", "must not be negative")
+	} else if c.Limits.MaxBodyBytes > 0 {
+		s.maxBodyBytes = c.Limits.MaxBodyBytes
+	}
+	if c.Limits.MaxAttempts < 0 {
+		bad("limits.max_attempts", "must not be negative")
+	} else if c.Limits.MaxAttempts > 0 {
+		s.executor.MaxAttempts = c.Limits.MaxAttempts
+	}
+	override := func(dst *time.Duration, d Duration) {
+		if d > 0 {
+			*dst = time.Duration(d)
+		}
+	}
+	t := c.Timeouts
+	override(&s.executor.ConnectTimeout, t.Connect)
+	override(&s.executor.FirstByteTimeout, t.FirstByte)
+	override(&s.executor.ResponseTimeout, t.Response)
+	override(&s.executor.StreamIdleTimeout, t.StreamIdle)
+	override(&s.readHeader, t.ReadHeader)
+	override(&s.readBody, t.ReadBody)
+	override(&s.clientWrite, t.ClientWrite)
+	o := c.Outlier
+	if o.ConsecutiveFailures < 0 {
+		bad("outlier.consecutive_failures", "must not be negative")
+	} else if o.ConsecutiveFailures > 0 {
+		s.health.EjectAfter = o.ConsecutiveFailures
+	}
+	override(&s.health.BaseEjection, o.BaseEjection)
+	override(&s.health.MaxEjection, o.MaxEjection)
+	if s.health.MaxEjection < s.health.BaseEjection {
+		bad("outlier.max_ejection", "must not be shorter than outlier.base_ejection")
+	}
+	s.executor.NodeName = s.name
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return s, nil
+}
