@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/harness"
+)
+
+// devKeyFile is where `agent -dev` also writes its tenant key, so that the
+// README's curl works as printed.
+func devKeyFile() string { return filepath.Join(os.TempDir(), "llmesh-dev.key") }
+
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dev := fs.Bool("dev", false, "run one node with built-in emulated providers and a generated tenant key")
+	configPath := fs.String("config", "", "the node's configuration `file` (YAML)")
+	httpAddr := fs.String("http", "", "HTTP `address` for the API; overrides node.http")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests may run on shutdown")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "llmesh agent: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *dev == (*configPath != "") {
+		fmt.Fprintln(stderr, "llmesh agent: give exactly one of -dev or -config FILE")
+		return 2
+	}
+	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
+		return 2
+	}
+
+	var cfg *node.Config
+	var devStack *harness.Dev
+	if *dev {
+		addr := *httpAddr
+		if addr == "" {
+			addr = node.DefaultHTTPAddr
+		}
+		devStack, err = harness.StartDev(addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "llmesh agent -dev: %v\n", err)
+			return 1
+		}
+		defer devStack.Shutdown(context.Background())
+		cfg = devStack.Config
+	} else {
+		if cfg, err = node.LoadConfig(*configPath); err != nil {
+			fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
+			return 1
+		}
+		if *httpAddr != "" {
+			cfg.Node.HTTP = *httpAddr
+		}
+	}
+	n, err := node.New(cfg, node.Options{Logger: logger})
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh agent: invalid configuration:\n%v\n", err)
+		return 1
+	}
+	ctx, stop := untilSignal(stderr)
+	defer stop()
+	if err := n.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
+		return 1
+	}
+	if devStack != nil {
+		printDevBanner(stdout, n.HTTPAddr(), devStack.Key)
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	if err := n.Shutdown(sctx); err != nil {
+		fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func printDevBanner(w io.Writer, addr, key string) {
+	keyFile := devKeyFile()
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		keyFile = ""
+	}
+	fmt.Fprintf(w, "\nllmesh dev agent ready on http://%s\n", addr)
+	fmt.Fprintf(w, "  dev tenant key: %s\n", key)
+	if keyFile != "" {
+		fmt.Fprintf(w, "  (also written to %s)\n", keyFile)
+	}
+	fmt.Fprintf(w, "  providers: openai-us (us), azure-eu (eu), gpu-eu (eu, this region only), together-us (us)\n")
+	fmt.Fprintf(w, "  models: gpt-4o-mini, gpt-4o, llama-3-8b\n\ntry:\n")
+	fmt.Fprintf(w, "  curl -s http://%s/v1/chat/completions -H \"Authorization: Bearer %s\" \\\n", addr, key)
+	fmt.Fprintf(w, "    -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n")
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %q is not debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format: %q is not text or json", format)
+}

@@ -1,0 +1,50 @@
+// Command llmesh is the one llmesh binary: the agent that runs a node, the
+// provider emulator, and (in later releases) the operator verbs, the demo,
+// the simulator and the benchmark harness. Signals are handled here only.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `llmesh — a peer-to-peer routing mesh for LLM API traffic
+
+Usage:
+  llmesh agent -dev                 one node with built-in emulated providers
+  llmesh agent -config FILE         a node configured by FILE
+  llmesh emulate -listen ADDR ...   a standalone OpenAI-compatible provider emulator
+  llmesh version
+
+Run "llmesh COMMAND -h" for a command's flags.
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "agent":
+		return runAgent(args[1:], stdout, stderr)
+	case "emulate":
+		return runEmulate(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "llmesh", version)
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "llmesh: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+// TestMain builds the real binary once: these tests run it as operators
+// and the README do.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "llmesh-bin-*")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "llmesh")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// started runs the binary until the test ends and returns a reader of its
+// standard output.
+func started(t *testing.T, args ...string) (*exec.Cmd, *bufio.Reader, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, bufio.NewReader(out), &stderr
+}
+
+// waitLine reads lines until one matches re, within a deadline.
+func waitLine(t *testing.T, r *bufio.Reader, re *regexp.Regexp) []string {
+	t.Helper()
+	found := make(chan []string, 1)
+	go func() {
+		for {
+			line, err := r.ReadString('\n')
+			if m := re.FindStringSubmatch(line); m != nil {
+				found <- m
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
+			if err != nil {
+				close(found)
+				return
+			}
+		}
+	}()
+	select {
+	case m, ok := <-found:
+		if !ok {
+			t.Fatalf("output ended before a line matching %s", re)
+		}
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no line matching %s within 30s", re)
+	}
+	return nil
+}
+
+// TestAgentDev runs `llmesh agent -dev` as the README does, sends the
+// printed request, and stops the agent with SIGTERM.
+func TestAgentDev(t *testing.T) {
+	cmd, out, stderr := started(t, "agent", "-dev", "-http", "127.0.0.1:0")
+	m := waitLine(t, out, regexp.MustCompile(`ready on (http://127\.0\.0\.1:\d+)`))
+	base := m[1]
+	key, err := os.ReadFile(devKeyFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(key)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Choices []struct{ Message struct{ Content string } }
+		Usage   struct {
+			TotalTokens int `json:"total_tokens"`
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %d: %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	if len(doc.Choices) != 1 || doc.Choices[0].Message.Content == "" || doc.Usage.TotalTokens == 0 {
+		t.Fatalf("answer %+v", doc)
+	}
+	if p := resp.Header.Get("X-LLMesh-Provider"); p != "openai-us" && p != "azure-eu" {
+		t.Fatalf("served by %q", p)
+	}
+	// Residency is honoured in dev too: llama-3-8b is cheapest on the EU
+	// GPU cluster this region reaches.
+	req, _ = http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"llama-3-8b","messages":[{"role":"user","content":"Hello"}]}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(key)))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if p := resp.Header.Get("X-LLMesh-Provider"); resp.StatusCode != 200 || p != "gpu-eu" {
+		t.Fatalf("llama-3-8b: %d from %q", resp.StatusCode, p)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("agent exited with %v\n%s", err, stderr)
+	}
+	if strings.Contains(stderr.String(), string(key)) {
+		t.Fatal("the agent logged the tenant key")
+	}
+}
+
+// TestAgentBadConfig fails at start with a message naming the field.
+func TestAgentBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "llmesh.yaml")
+	if err := os.WriteFile(path, []byte(`
+node: {name: n1, region: eu-west, data_dir: /tmp/x, htp: "127.0.0.1:0"}
+regions: [{name: eu-west, jurisdiction: eu}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "agent", "-config", path).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "node.htp: unknown field (line 2)") {
+		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+	os.WriteFile(path, []byte(`
+node: {name: n1, region: eu-west, data_dir: /tmp/x, http: "127.0.0.1:0"}
+regions: [{name: eu-west, jurisdiction: eu}]
+providers:
+  - {name: p, region: eu-west, base_url: "http://127.0.0.1:1", api_key_env: LLMESH_TEST_UNSET_KEY, models: [{name: m}]}
+`), 0o600)
+	out, err = exec.Command(binary, "agent", "-config", path).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "providers[0].api_key_env: environment variable LLMESH_TEST_UNSET_KEY is empty or unset") {
+		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "agent").CombinedOutput(); err == nil || !strings.Contains(string(out), "-dev or -config") {
+		t.Fatalf("no mode: %v %s", err, out)
+	}
+}
+
+// TestEmulate runs the standalone emulator and asks it for a completion.
+func TestEmulate(t *testing.T) {
+	cmd, out, stderr := started(t, "emulate", "-listen", "127.0.0.1:0", "-ttft", "10ms", "-tps", "500", "-rpm", "100")
+	m := waitLine(t, out, regexp.MustCompile(`serving .* on (http://127\.0\.0\.1:\d+)`))
+	resp, err := http.Post(m[1]+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"x","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") || resp.Header.Get("X-Ratelimit-Limit-Requests") != "100" {
+		t.Fatalf("%d %v\n%s", resp.StatusCode, resp.Header, body)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("emulate exited with %v\n%s", err, stderr)
+	}
+}
