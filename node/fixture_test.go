@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/route"
 	"github.com/llmesh/llmesh/sim/emulator"
 )
 
@@ -60,6 +61,11 @@ func baseConfig() *node.Config {
 // if not nil, adjusts the configuration before the node is built.
 func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 	t.Helper()
+	// Emulators count prompts with the process's tokenizer: load it now,
+	// so that its first use does not look like a slow provider.
+	if err := (route.Tokenizer{}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	f := &fixture{t: t, emus: map[string]*emulator.Emulator{}, cfg: baseConfig()}
 	env := map[string]string{}
 	for _, u := range ups {

@@ -2,8 +2,10 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -142,25 +144,35 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads the request body within the size limit and the body read
 // timeout, so neither a huge nor a trickling body can hold the node.
+//
+// On failure the body is closed with the expired deadline still set: the
+// server then answers at once and drops the connection. Clearing the
+// deadline first would let net/http wait for the rest of the body before
+// answering, which a trickling client never sends.
 func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > n.s.maxBodyBytes {
 		return nil, errTooLarge
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(n.now().Add(n.s.readBody))
-	defer rc.SetReadDeadline(time.Time{})
 	var buf []byte
 	if r.ContentLength > 0 {
 		buf = make([]byte, 0, r.ContentLength+1)
 	}
 	body, err := readAll(http.MaxBytesReader(w, r.Body, n.s.maxBodyBytes), buf)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return nil, errTooLarge
-	case err != nil:
-		return nil, &route.InvalidRequestError{Msg: "could not read the request body: " + err.Error()}
-	case len(body) == 0:
+	if err != nil {
+		_ = r.Body.Close()
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errTooLarge
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &route.InvalidRequestError{Msg: fmt.Sprintf("could not read the request body: it did not arrive within %s", n.s.readBody)}
+		}
+		return nil, &route.InvalidRequestError{Msg: "could not read the request body: the connection failed"}
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	if len(body) == 0 {
 		return nil, &route.InvalidRequestError{Msg: "the request body is empty"}
 	}
 	return body, nil
