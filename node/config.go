@@ -99,10 +99,12 @@ type BudgetSection struct {
 	Period string  `yaml:"period"` // day | month | total
 }
 
-// LimitsSection bounds what a client may send.
+// LimitsSection bounds what a client may send and a provider may answer.
 type LimitsSection struct {
-	MaxBodyBytes int64 `yaml:"max_body_bytes"` // default 8 MiB
-	MaxAttempts  int   `yaml:"max_attempts"`   // providers tried per request; default 3
+	MaxBodyBytes     int64 `yaml:"max_body_bytes"`     // a request body; default 8 MiB
+	MaxAttempts      int   `yaml:"max_attempts"`       // providers tried per request; default 3
+	MaxResponseBytes int64 `yaml:"max_response_bytes"` // a non-streamed answer; default 32 MiB
+	MaxEventBytes    int   `yaml:"max_event_bytes"`    // one streamed event; default 1 MiB
 }
 
 // TimeoutsSection sets each phase's timeout separately.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -45,15 +46,22 @@ type fixture struct {
 	cfg  *node.Config
 }
 
+// testEnvKeys are environment variables every test node sees.
+var testEnvKeys = map[string]string{}
+
+func sha(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
 func baseConfig() *node.Config {
-	sum := sha256.Sum256([]byte(testKey))
 	return &node.Config{
 		Node: node.NodeSection{Name: "test-1", Region: "eu-west", DataDir: "/nonexistent", HTTP: "127.0.0.1:0"},
 		Regions: []node.RegionSection{
 			{Name: "eu-west", Jurisdiction: "eu"},
 			{Name: "us-east", Jurisdiction: "us"},
 		},
-		Tenants: []node.TenantSection{{Name: "t1", KeySHA256: []string{hex.EncodeToString(sum[:])}}},
+		Tenants: []node.TenantSection{{Name: "t1", KeySHA256: []string{sha(testKey)}}},
 	}
 }
 
@@ -67,7 +75,7 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, emus: map[string]*emulator.Emulator{}, cfg: baseConfig()}
-	env := map[string]string{}
+	env := maps.Clone(testEnvKeys)
 	for _, u := range ups {
 		models := u.models
 		if len(models) == 0 {

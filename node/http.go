@@ -1,16 +1,21 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -125,6 +130,16 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if req.Session == "" {
 		req.Session = chat.User
 	}
+	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
+		if req.Residency, err = t.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
+			status = writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
+			return
+		}
+		if !slices.Contains(n.s.regions.Jurisdictions(), req.Residency.Jurisdiction) {
+			status = writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
+			return
+		}
+	}
 	plan, err := n.planner.Plan(req, start)
 	if err != nil {
 		status = writeError(w, err)
@@ -154,10 +169,13 @@ func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) 
 		return nil, errTooLarge
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(n.now().Add(n.s.readBody))
+	// Deadlines are on the wall clock, whatever clock the node plans with.
+	_ = rc.SetReadDeadline(time.Now().Add(n.s.readBody))
 	var buf []byte
 	if r.ContentLength > 0 {
-		buf = make([]byte, 0, r.ContentLength+1)
+		// Sized by what is declared, up to 64 KiB: a client that declares
+		// megabytes and sends nothing gets no megabytes held for it.
+		buf = make([]byte, 0, min(r.ContentLength+1, 64<<10))
 	}
 	body, err := readAll(http.MaxBytesReader(w, r.Body, n.s.maxBodyBytes), buf)
 	if err != nil {
@@ -223,6 +241,13 @@ func (n *Node) account(start time.Time, tenant, model, provider string, status i
 			"truncated", res.Truncated)
 	}
 	n.log.Info("request", attrs...)
+	if res != nil && n.log.Enabled(context.Background(), slog.LevelDebug) {
+		for _, a := range res.Attempts {
+			if a.Outcome != route.OutcomeOK {
+				n.log.Debug("attempt failed", "provider", a.Provider, "outcome", a.Outcome, "status", a.Status, "detail", a.Detail, "ms", a.Duration.Milliseconds())
+			}
+		}
+	}
 }
 
 // httpSink is a route.ResponseSink over the client's HTTP response. Every

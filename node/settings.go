@@ -290,6 +290,16 @@ func (c *Config) resolve(getenv func(string) string) (*settings, error) {
 	} else if c.Limits.MaxBodyBytes > 0 {
 		s.maxBodyBytes = c.Limits.MaxBodyBytes
 	}
+	if c.Limits.MaxResponseBytes < 0 {
+		bad("limits.max_response_bytes", "must not be negative")
+	} else if c.Limits.MaxResponseBytes > 0 {
+		s.executor.MaxResponseBytes = c.Limits.MaxResponseBytes
+	}
+	if c.Limits.MaxEventBytes < 0 {
+		bad("limits.max_event_bytes", "must not be negative")
+	} else if c.Limits.MaxEventBytes > 0 {
+		s.executor.MaxEventBytes = c.Limits.MaxEventBytes
+	}
 	if c.Limits.MaxAttempts < 0 {
 		bad("limits.max_attempts", "must not be negative")
 	} else if c.Limits.MaxAttempts > 0 {

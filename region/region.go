@@ -121,3 +121,16 @@ func (r Residency) String() string {
 	}
 	return string(r.Jurisdiction)
 }
+
+// Narrow returns r restricted further to j, as a request header may ask:
+// an unrestricted residency becomes j, a residency already j stays, and
+// anything else would widen it and is refused.
+func (r Residency) Narrow(j Jurisdiction) (Residency, error) {
+	switch {
+	case !ValidName(string(j)):
+		return r, fmt.Errorf("%q is not a jurisdiction name", j)
+	case r.Restricted() && r.Jurisdiction != j:
+		return r, fmt.Errorf("%q would widen the tenant's residency %q; a request may only narrow it", j, r.Jurisdiction)
+	}
+	return Residency{Jurisdiction: j}, nil
+}

@@ -46,3 +46,18 @@ func TestMap(t *testing.T) {
 		}
 	}
 }
+
+func TestNarrow(t *testing.T) {
+	if r, err := (Residency{}).Narrow("eu"); err != nil || r.Jurisdiction != "eu" {
+		t.Fatalf("narrowing any to eu: %v %v", r, err)
+	}
+	if r, err := (Residency{Jurisdiction: "eu"}).Narrow("eu"); err != nil || r.Jurisdiction != "eu" {
+		t.Fatalf("eu to eu: %v %v", r, err)
+	}
+	if _, err := (Residency{Jurisdiction: "eu"}).Narrow("us"); err == nil {
+		t.Fatal("eu widened to us")
+	}
+	if _, err := (Residency{}).Narrow("Not A Name"); err == nil {
+		t.Fatal("invalid name accepted")
+	}
+}

@@ -54,7 +54,8 @@ const (
 	OutcomeTimeout     Outcome = "timeout"
 	OutcomeBadResponse Outcome = "bad_response" // an answer that is not what the API promises
 	OutcomeBroken      Outcome = "broken_stream"
-	OutcomeCanceled    Outcome = "canceled" // the client went away
+	OutcomeTooLarge    Outcome = "too_large" // an answer beyond the node's limit: the request asked for it
+	OutcomeCanceled    Outcome = "canceled"  // the client went away
 )
 
 // Observer is told of every attempt, for metrics.
@@ -81,7 +82,6 @@ type Attempt struct {
 type Result struct {
 	Target   *Target // the target that answered; nil when none did
 	Attempts []Attempt
-	Route    string // the X-LLMesh-Route explanation
 	Usage    Usage
 	// UsageCounted means the provider reported no usage and the node
 	// counted the tokens itself.
@@ -93,6 +93,20 @@ type Result struct {
 	Truncated bool
 	// ClientGone means the client disconnected or stopped reading.
 	ClientGone bool
+
+	// The plan, the target being tried and the failures before it, from
+	// which the X-LLMesh-Route explanation is built at commit.
+	plan   *Plan
+	chosen int
+	failed []string
+}
+
+// Route returns the X-LLMesh-Route explanation of the target tried last.
+func (r *Result) Route() string {
+	if r.plan == nil {
+		return ""
+	}
+	return r.plan.Explain(r.chosen, r.failed)
 }
 
 // Executor runs plans: it calls each target in turn until one answers,
@@ -122,8 +136,13 @@ type ExecutorDeps struct {
 // NewExecutor returns an Executor with its own connection pool.
 func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
 	e := &Executor{
-		cfg:      cfg,
-		client:   &http.Client{Transport: newTransport(cfg)},
+		cfg: cfg,
+		client: &http.Client{
+			Transport: newTransport(cfg),
+			// Never follow a redirect: it would re-send the request, and
+			// an Azure api-key header with it, to wherever it points.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		tracker:  d.Tracker,
 		quota:    d.Quota,
 		budget:   d.Budget,
@@ -147,7 +166,9 @@ func (e *Executor) Close() { e.client.CloseIdleConnections() }
 // when an answer (complete or truncated) was written to sink; otherwise
 // nothing was written and the error says why: a *UpstreamReply to relay as
 // it is, a *RetryAfterError, ErrBudgetExceeded, ErrUpstream, or the
-// context's error when the client went away.
+// context's error when the client went away. Error messages name
+// providers and statuses only: what a provider said in an error body can
+// hold internal names, so it goes to Result.Attempts, never the client.
 func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink ResponseSink) (*Result, error) {
 	res := &Result{}
 	var failed []string
@@ -164,35 +185,43 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		}
 		t := &plan.Targets[i]
 		now := e.now()
-		if !e.tracker.Acquire(t.Provider(), now) {
+		adm, ok := e.tracker.Acquire(t.Provider(), now)
+		if !ok {
 			continue // ejected or cooled down since planning
-		}
-		if e.quota != nil {
-			if ok, wait := e.quota.Take(t.Provider(), t.Tokens, now); !ok {
-				e.tracker.Release(t.Provider())
-				rateWait = minPositive(rateWait, wait)
-				continue
-			}
 		}
 		var hold BudgetHold
 		if e.budget != nil {
 			h, err := e.budget.Reserve(req.Tenant, t.MaxCost, now)
 			if err != nil {
-				e.tracker.Release(t.Provider())
-				e.returnQuota(t, t.Tokens)
+				e.tracker.Release(adm)
 				lastErr = err
 				continue
 			}
 			hold = h
 		}
+		if e.quota != nil {
+			if ok, wait := e.quota.Take(t.Provider(), t.Tokens, now); !ok {
+				e.tracker.Release(adm)
+				if hold != nil {
+					hold.Settle(0)
+				}
+				rateWait = minPositive(rateWait, wait)
+				continue
+			}
+		}
 		attempts++
-		res.Route = plan.Explain(i, failed)
+		res.plan, res.chosen, res.failed = plan, i, failed
 		a := e.attempt(ctx, req, t, sink, res)
 		res.Attempts = append(res.Attempts, a.Attempt)
 		if e.observer != nil {
 			e.observer.Attempt(t.Provider(), a.Outcome, a.Duration)
 		}
-		e.settle(t, a, hold, res)
+		if wait := e.settle(t, adm, a, hold, res); wait > 0 {
+			rateWait = minPositive(rateWait, wait)
+		}
+		if a.committed {
+			res.Target = t
+		}
 		switch {
 		case a.Outcome == OutcomeCanceled:
 			res.ClientGone = true
@@ -201,16 +230,12 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			}
 			return res, ctx.Err()
 		case a.committed:
-			res.Target = t
 			return res, nil
 		case a.final != nil:
 			return res, a.final
 		}
 		failed = append(failed, t.Provider()+" ("+a.short()+")")
-		lastErr = fmt.Errorf("%w: %s: %s", ErrUpstream, t.Provider(), a.Detail)
-		if a.Outcome == OutcomeRateLimited {
-			rateWait = minPositive(rateWait, a.retryAfter)
-		}
+		lastErr = ErrUpstream
 	}
 	switch {
 	case lastErr == nil && rateWait > 0,
@@ -218,10 +243,17 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited"}
 	case lastErr == nil:
 		return res, fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
-	case errors.Is(lastErr, ErrUpstream) && len(failed) > 1:
-		return res, fmt.Errorf("%w: %d providers failed: %s", ErrUpstream, len(failed), strings.Join(failed, "; "))
+	case errors.Is(lastErr, ErrUpstream):
+		return res, fmt.Errorf("%w: %s failed: %s", ErrUpstream, plural(len(failed), "provider", "providers"), strings.Join(failed, "; "))
 	}
 	return res, lastErr
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 func allRateLimited(as []Attempt) bool {
@@ -246,15 +278,20 @@ type attemptResult struct {
 	committed  bool          // something reached the sink
 	final      error         // stop and return this error (nothing committed)
 	retryAfter time.Duration // for OutcomeRateLimited
-	usage      Usage
-	counted    bool
+	// answered means the provider accepted the request (200): it may bill
+	// for it even if its answer proved unusable.
+	answered bool
+	usage    Usage
+	// counted means the node counted usage itself; known that usage is
+	// known at all, from the provider or counted.
+	counted, known bool
 	// ttft is a stream's time to its first event; total the time to a
 	// whole non-streamed answer. Both feed the latency averages.
 	ttft, total time.Duration
 }
 
 func (a *attemptResult) short() string {
-	if a.Status != 0 {
+	if a.Status != 0 && a.Status != http.StatusOK {
 		return strconv.Itoa(a.Status)
 	}
 	return string(a.Outcome)
@@ -267,35 +304,42 @@ func (e *Executor) fail(a *attemptResult, o Outcome, format string, args ...any)
 }
 
 // settle reports the attempt to the tracker, gives back unused rate and
-// budget, and accounts what was used.
-func (e *Executor) settle(t *Target, a *attemptResult, hold BudgetHold, res *Result) {
-	p := t.Provider()
+// budget, and accounts what was used. An answer the provider accepted but
+// whose usage is unknown is charged at the attempt's upper bound: the
+// provider may bill for it, and a budget must never be overspent. It
+// returns the cooldown a 429 imposed.
+func (e *Executor) settle(t *Target, adm Admission, a *attemptResult, hold BudgetHold, res *Result) time.Duration {
 	now := e.now()
+	var cooldown time.Duration
 	switch a.Outcome {
-	case OutcomeOK, OutcomeRefused:
-		e.tracker.Success(p, a.ttft, a.total)
+	case OutcomeOK:
+		e.tracker.Success(adm, a.ttft, a.total)
 	case OutcomeRateLimited:
-		e.tracker.RateLimited(p, a.retryAfter, now)
-	case OutcomeCanceled:
-		e.tracker.Release(p)
+		cooldown = e.tracker.RateLimited(adm, a.retryAfter, now)
+	case OutcomeRefused, OutcomeTooLarge, OutcomeCanceled:
+		e.tracker.Release(adm)
 	default:
-		e.tracker.Failure(p, now)
+		e.tracker.Failure(adm, now)
 	}
-	used := a.usage.PromptTokens + a.usage.CompletionTokens
-	e.returnQuota(t, t.Tokens-used)
-	cost := t.Offer.Model.Cost(a.usage.PromptTokens, a.usage.CompletionTokens)
+	u := Usage{PromptTokens: max(a.usage.PromptTokens, 0), CompletionTokens: max(a.usage.CompletionTokens, 0)}
+	cost := t.Offer.Model.Cost(u.PromptTokens, u.CompletionTokens)
+	used := u.PromptTokens + u.CompletionTokens
+	if a.answered && !a.known {
+		cost, used = t.MaxCost, t.Tokens
+	}
+	if !a.answered {
+		cost, used = 0, 0
+	}
+	if e.quota != nil && used != t.Tokens {
+		e.quota.Return(t.Provider(), t.Tokens-used, now)
+	}
 	if hold != nil {
 		hold.Settle(cost)
 	}
 	if a.committed {
-		res.Usage, res.UsageCounted, res.Cost = a.usage, a.counted, cost
+		res.Usage, res.UsageCounted, res.Cost = u, a.counted, cost
 	}
-}
-
-func (e *Executor) returnQuota(t *Target, tokens int) {
-	if e.quota != nil && tokens > 0 {
-		e.quota.Return(t.Provider(), tokens, e.now())
-	}
+	return cooldown
 }
 
 // attempt calls one target and, if it answers, relays the answer.
@@ -346,6 +390,7 @@ func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink Re
 	a.Status = resp.StatusCode
 	switch code := resp.StatusCode; {
 	case code == http.StatusOK:
+		a.answered = true
 	case code == http.StatusTooManyRequests:
 		a.retryAfter = retryAfter(resp.Header, e.now())
 		return e.fail(a, OutcomeRateLimited, "429: %s", snippet(resp.Body, 256))
@@ -374,7 +419,11 @@ func (e *Executor) whole(req *Request, t *Target, resp *http.Response, sink Resp
 		return readErr(err, "read answer")
 	}
 	if int64(buf.Len()) > e.cfg.MaxResponseBytes {
-		return e.fail(a, OutcomeBadResponse, "answer larger than %d bytes", e.cfg.MaxResponseBytes)
+		// The request asked for more than the node relays (n × max_tokens,
+		// say); another provider would answer the same.
+		a.final = fmt.Errorf("%w: %s answered with more than the node's limit of %d bytes; ask for fewer or shorter choices",
+			ErrUpstream, t.Provider(), e.cfg.MaxResponseBytes)
+		return e.fail(a, OutcomeTooLarge, "answer larger than %d bytes", e.cfg.MaxResponseBytes)
 	}
 	var doc struct {
 		Choices []struct{} `json:"choices"`
@@ -388,9 +437,10 @@ func (e *Executor) whole(req *Request, t *Target, resp *http.Response, sink Resp
 	} else {
 		a.usage, a.counted = e.countWhole(req, buf.Bytes()), true
 	}
+	a.known = true
 	a.total = e.now().Sub(start)
 	h := sink.Header()
-	setRouteHeaders(h, t, e.cfg.NodeName, res.Route)
+	setRouteHeaders(h, t, e.cfg.NodeName, res.Route())
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
 	sink.WriteHeader(http.StatusOK)

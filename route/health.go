@@ -117,39 +117,45 @@ func (t *Tracker) Health(provider string, now time.Time) Health {
 	return h
 }
 
+// Admission is an attempt the Tracker let through. Exactly one of
+// Success, Failure, RateLimited or Release must end it.
+type Admission struct {
+	provider string
+	// probe means the provider is ejected and this attempt is the single
+	// request let through to see whether it has recovered. Only the probe's
+	// outcome may restore or re-eject the provider.
+	probe bool
+}
+
 // Acquire is called before each attempt on provider. It refuses when the
-// provider is ejected, or cooling down, or when its backoff has ended but
-// another request already holds the probe; otherwise it admits the attempt,
-// making it the probe if the provider is ejected. Every admitted attempt
-// must end in exactly one of Success, Failure, RateLimited or Release.
-func (t *Tracker) Acquire(provider string, now time.Time) bool {
+// provider is cooling down, or ejected with its backoff still running, or
+// when the backoff has ended but another request already holds the probe;
+// otherwise it admits the attempt, as the probe if the provider is ejected.
+func (t *Tracker) Acquire(provider string, now time.Time) (Admission, bool) {
 	s := t.state(provider)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now.Before(s.coolingUntil) {
-		return false
-	}
-	if s.ejectedUntil.IsZero() {
-		return true
-	}
-	if now.Before(s.ejectedUntil) || s.probing {
-		return false
+	switch {
+	case now.Before(s.coolingUntil):
+		return Admission{}, false
+	case s.ejectedUntil.IsZero():
+		return Admission{provider: provider}, true
+	case now.Before(s.ejectedUntil) || s.probing:
+		return Admission{}, false
 	}
 	s.probing = true
-	return true
+	return Admission{provider: provider, probe: true}, true
 }
 
 // Success records a good attempt: ttft is the time to the first streamed
 // event (0 for a non-streamed answer), total the time to the whole answer
-// (0 for a stream). A successful probe restores an ejected provider.
-func (t *Tracker) Success(provider string, ttft, total time.Duration) {
-	s := t.state(provider)
+// (0 for a stream). A successful probe restores an ejected provider; a
+// success of an attempt admitted before the ejection does not, since it
+// says nothing of the provider since.
+func (t *Tracker) Success(a Admission, ttft, total time.Duration) {
+	s := t.state(a.provider)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failures = 0
-	s.ejections = 0
-	s.ejectedUntil = time.Time{}
-	s.probing = false
 	s.errRate = ewma(s.errRate, 0, t.cfg.Alpha)
 	if ttft > 0 {
 		s.ttft = ewmaOrFirst(s.ttft, ttft.Seconds(), t.cfg.Alpha)
@@ -157,17 +163,23 @@ func (t *Tracker) Success(provider string, ttft, total time.Duration) {
 	if total > 0 {
 		s.total = ewmaOrFirst(s.total, total.Seconds(), t.cfg.Alpha)
 	}
+	if !s.ejectedUntil.IsZero() && !a.probe {
+		return
+	}
+	s.failures, s.ejections = 0, 0
+	s.ejectedUntil = time.Time{}
+	s.probing = false
 }
 
 // Failure records a failed attempt. EjectAfter consecutive failures, or a
 // failed probe, eject the provider for a backoff that doubles with each
 // ejection. It reports whether this failure ejected the provider.
-func (t *Tracker) Failure(provider string, now time.Time) bool {
-	s := t.state(provider)
+func (t *Tracker) Failure(a Admission, now time.Time) bool {
+	s := t.state(a.provider)
 	s.mu.Lock()
 	s.failures++
 	s.errRate = ewma(s.errRate, 1, t.cfg.Alpha)
-	eject := s.probing || (s.ejectedUntil.IsZero() && s.failures >= t.cfg.EjectAfter)
+	eject := a.probe || (s.ejectedUntil.IsZero() && s.failures >= t.cfg.EjectAfter)
 	if eject {
 		backoff := t.cfg.BaseEjection << min(s.ejections, 20)
 		if backoff > t.cfg.MaxEjection || backoff <= 0 {
@@ -179,32 +191,40 @@ func (t *Tracker) Failure(provider string, now time.Time) bool {
 	}
 	s.mu.Unlock()
 	if eject && t.onEject != nil {
-		t.onEject(provider)
+		t.onEject(a.provider)
 	}
 	return eject
 }
 
 // RateLimited records a 429: the provider is healthy but refuses work
-// until retryAfter has passed (DefaultCooldown when the answer gave none).
-// It is not a health failure.
-func (t *Tracker) RateLimited(provider string, retryAfter time.Duration, now time.Time) {
+// until retryAfter has passed (DefaultCooldown when the answer gave none,
+// at most MaxCooldown). It is not a health failure. It returns the
+// cooldown applied.
+func (t *Tracker) RateLimited(a Admission, retryAfter time.Duration, now time.Time) time.Duration {
 	if retryAfter <= 0 {
 		retryAfter = t.cfg.DefaultCooldown
 	}
 	retryAfter = min(retryAfter, t.cfg.MaxCooldown)
-	s := t.state(provider)
+	s := t.state(a.provider)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if until := now.Add(retryAfter); until.After(s.coolingUntil) {
 		s.coolingUntil = until
 	}
-	s.probing = false
+	if a.probe {
+		s.probing = false
+	}
+	return retryAfter
 }
 
 // Release ends an admitted attempt that says nothing about the provider's
-// health, such as one the client abandoned.
-func (t *Tracker) Release(provider string) {
-	s := t.state(provider)
+// health, such as one the client abandoned. A released probe frees the
+// slot for the next request.
+func (t *Tracker) Release(a Admission) {
+	if !a.probe {
+		return
+	}
+	s := t.state(a.provider)
 	s.mu.Lock()
 	s.probing = false
 	s.mu.Unlock()

@@ -13,19 +13,22 @@ func TestTrackerEjectsAndProbes(t *testing.T) {
 	now := time.Unix(1000, 0)
 
 	for i := range 2 {
-		if !tr.Acquire("p", now) {
+		a, ok := tr.Acquire("p", now)
+		if !ok {
 			t.Fatalf("attempt %d refused before ejection", i)
 		}
-		tr.Failure("p", now)
+		tr.Failure(a, now)
 	}
 	if tr.Health("p", now).Ejected {
 		t.Fatal("ejected after 2 failures, want 3")
 	}
-	tr.Acquire("p", now)
-	if !tr.Failure("p", now) || !tr.Health("p", now).Ejected || len(ejected) != 1 {
+	// An attempt admitted before the ejection, still running.
+	early, _ := tr.Acquire("p", now)
+	a, _ := tr.Acquire("p", now)
+	if !tr.Failure(a, now) || !tr.Health("p", now).Ejected || len(ejected) != 1 {
 		t.Fatal("not ejected after 3 consecutive failures")
 	}
-	if tr.Acquire("p", now.Add(9*time.Second)) {
+	if _, ok := tr.Acquire("p", now.Add(9*time.Second)); ok {
 		t.Fatal("admitted during the ejection")
 	}
 	// After the backoff exactly one probe gets through.
@@ -33,33 +36,43 @@ func TestTrackerEjectsAndProbes(t *testing.T) {
 	if tr.Health("p", later).Ejected {
 		t.Fatal("still ejected once the backoff ended")
 	}
-	if !tr.Acquire("p", later) {
+	probe, ok := tr.Acquire("p", later)
+	if !ok || !probe.probe {
 		t.Fatal("probe refused")
 	}
-	if tr.Acquire("p", later) || !tr.Health("p", later).Ejected {
+	if _, ok := tr.Acquire("p", later); ok || !tr.Health("p", later).Ejected {
 		t.Fatal("a second request got through while the probe is in flight")
 	}
+	// The early attempt ending now neither frees the probe slot nor
+	// restores the provider.
+	tr.Release(early)
+	tr.Success(early, 0, time.Second)
+	if _, ok := tr.Acquire("p", later); ok || !tr.Health("p", later).Ejected {
+		t.Fatal("an attempt admitted before the ejection changed the probe's state")
+	}
 	// A failed probe ejects again, for twice as long.
-	tr.Failure("p", later)
-	if tr.Acquire("p", later.Add(19*time.Second)) {
+	tr.Failure(probe, later)
+	if _, ok := tr.Acquire("p", later.Add(19*time.Second)); ok {
 		t.Fatal("second ejection shorter than twice the first")
 	}
 	// Capped at MaxEjection.
-	if !tr.Acquire("p", later.Add(20*time.Second)) {
+	probe, ok = tr.Acquire("p", later.Add(20*time.Second))
+	if !ok {
 		t.Fatal("probe refused after the doubled backoff")
 	}
-	tr.Failure("p", later.Add(20*time.Second))
-	if !tr.Acquire("p", later.Add(45*time.Second)) {
+	tr.Failure(probe, later.Add(20*time.Second))
+	probe, ok = tr.Acquire("p", later.Add(45*time.Second))
+	if !ok {
 		t.Fatal("ejection not capped at MaxEjection")
 	}
 	// A successful probe restores the provider completely.
-	tr.Success("p", 0, time.Second)
-	if h := tr.Health("p", later.Add(45*time.Second)); h.Ejected || h.Latency != time.Second {
+	tr.Success(probe, 0, time.Second)
+	if h := tr.Health("p", later.Add(45*time.Second)); h.Ejected {
 		t.Fatalf("after a good probe: %+v", h)
 	}
 	for range 2 {
-		tr.Acquire("p", later)
-		tr.Failure("p", later)
+		a, _ := tr.Acquire("p", later)
+		tr.Failure(a, later)
 	}
 	if tr.Health("p", later).Ejected {
 		t.Fatal("failure count not reset by the recovery")
@@ -71,14 +84,15 @@ func TestTrackerReleaseFreesProbe(t *testing.T) {
 	cfg.EjectAfter = 1
 	tr := NewTracker(cfg, nil)
 	now := time.Unix(0, 0)
-	tr.Acquire("p", now)
-	tr.Failure("p", now)
+	a, _ := tr.Acquire("p", now)
+	tr.Failure(a, now)
 	due := now.Add(cfg.BaseEjection)
-	if !tr.Acquire("p", due) {
+	probe, ok := tr.Acquire("p", due)
+	if !ok {
 		t.Fatal("probe refused")
 	}
-	tr.Release("p") // the client went away: says nothing about health
-	if !tr.Acquire("p", due) {
+	tr.Release(probe) // the client went away: says nothing about health
+	if _, ok := tr.Acquire("p", due); !ok {
 		t.Fatal("probe slot not freed by Release")
 	}
 }
@@ -89,25 +103,25 @@ func TestTrackerRateLimitIsNotAFailure(t *testing.T) {
 	tr := NewTracker(cfg, nil)
 	now := time.Unix(0, 0)
 	for range 5 {
-		tr.Acquire("p", now)
-		tr.RateLimited("p", 3*time.Second, now)
+		a, _ := tr.Acquire("p", now)
+		tr.RateLimited(a, 3*time.Second, now)
+		now = now.Add(3 * time.Second)
 	}
+	now = now.Add(-3 * time.Second)
 	h := tr.Health("p", now)
 	if h.Ejected || h.ErrorRate != 0 {
 		t.Fatalf("429s counted as failures: %+v", h)
 	}
-	if !h.CoolingUntil.Equal(now.Add(3*time.Second)) || tr.Acquire("p", now.Add(2*time.Second)) {
+	if _, ok := tr.Acquire("p", now.Add(2*time.Second)); !h.CoolingUntil.Equal(now.Add(3*time.Second)) || ok {
 		t.Fatalf("cooldown not honoured: %+v", h)
 	}
-	if !tr.Acquire("p", now.Add(3*time.Second)) {
+	if _, ok := tr.Acquire("p", now.Add(3*time.Second)); !ok {
 		t.Fatal("still cooling after Retry-After passed")
 	}
-	tr.RateLimited("q", 0, now) // no Retry-After: the default
-	if got := tr.Health("q", now).CoolingUntil.Sub(now); got != cfg.DefaultCooldown {
+	if got := tr.RateLimited(Admission{provider: "q"}, 0, now); got != cfg.DefaultCooldown || tr.Health("q", now).CoolingUntil.Sub(now) != got {
 		t.Fatalf("default cooldown %v, want %v", got, cfg.DefaultCooldown)
 	}
-	tr.RateLimited("p", time.Hour*100, now)
-	if got := tr.Health("p", now).CoolingUntil.Sub(now); got != cfg.MaxCooldown {
+	if got := tr.RateLimited(Admission{provider: "p"}, time.Hour*100, now); got != cfg.MaxCooldown || tr.Health("p", now).CoolingUntil.Sub(now) != got {
 		t.Fatalf("cooldown %v not capped at %v", got, cfg.MaxCooldown)
 	}
 }

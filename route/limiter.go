@@ -16,7 +16,8 @@ type QuotaGate interface {
 	// Take takes one request and tokens if both are available.
 	Take(provider string, tokens int, now time.Time) (bool, time.Duration)
 	// Return gives back tokens taken but not used (an estimate larger than
-	// the actual usage, or an attempt that never reached the provider).
+	// the actual usage, or an attempt that never reached the provider); a
+	// negative count takes what an attempt used beyond its estimate.
 	Return(provider string, tokens int, now time.Time)
 }
 

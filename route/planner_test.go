@@ -52,9 +52,9 @@ func TestPlannerOrdersByCostThenLatencyThenPriority(t *testing.T) {
 	tie.Priority = -1
 	cat := testCatalog(t, pricey, slow, fast, tie)
 	pl := &Planner{Region: "r1", Catalog: cat, Health: tr}
-	tr.Success("fast", 100*time.Millisecond, time.Second)
-	tr.Success("slow", 400*time.Millisecond, 3*time.Second)
-	tr.Success("tie", 100*time.Millisecond, time.Second)
+	tr.Success(Admission{provider: "fast"}, 100*time.Millisecond, time.Second)
+	tr.Success(Admission{provider: "slow"}, 400*time.Millisecond, 3*time.Second)
+	tr.Success(Admission{provider: "tie"}, 100*time.Millisecond, time.Second)
 
 	plan, err := pl.Plan(chatReq(t, `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hello there"}]}`), now)
 	if err != nil {
@@ -84,9 +84,8 @@ func TestPlannerHardFilters(t *testing.T) {
 	pl := &Planner{Region: "r1", Catalog: cat, Health: tr, Quota: lim}
 	req := chatReq(t, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 
-	tr.Acquire("a", now)
-	tr.Failure("a", now) // ejected
-	tr.RateLimited("b", 2*time.Second, now)
+	tr.Failure(Admission{provider: "a"}, now) // ejected
+	tr.RateLimited(Admission{provider: "b"}, 2*time.Second, now)
 	plan, err := pl.Plan(req, now)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +185,7 @@ func BenchmarkPlan(b *testing.B) {
 	cat := testCatalog(b, ps...)
 	tr := NewTracker(DefaultHealthConfig(), nil)
 	for i, p := range ps {
-		tr.Success(p.Name, time.Duration(i+1)*50*time.Millisecond, time.Second)
+		tr.Success(Admission{provider: p.Name}, time.Duration(i+1)*50*time.Millisecond, time.Second)
 	}
 	pl := &Planner{Region: "r1", Catalog: cat, Health: tr, Quota: NewLimiter(cat.Providers())}
 	req := chatReq(b, `{"model":"m","max_tokens":256,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Explain consistent hashing with bounded loads."}]}`)

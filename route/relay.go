@@ -29,10 +29,10 @@ type relayState struct {
 
 var relayStates = sync.Pool{New: func() any { return &relayState{out: make([]byte, 0, 4<<10)} }}
 
-// relay copies a stream's events to sink as they arrive. The first event
-// commits the response; before it, every failure is the caller's to retry.
-// Bursts of events that arrive together are written before one flush, and
-// a flush never waits for more input.
+// relay copies a stream's events to sink as they arrive. The first data
+// event commits the response; before it, every failure is the caller's to
+// retry. Events that arrived together are written before one flush, and a
+// flush never waits for input that has not arrived.
 func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink ResponseSink, res *Result, a *attemptResult, start time.Time, timer *time.Timer, readErr func(error, string) *attemptResult) *attemptResult {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return e.fail(a, OutcomeBadResponse, "stream answered with Content-Type %q", ct)
@@ -65,11 +65,16 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 			}
 			break
 		}
-		timer.Reset(e.cfg.StreamIdleTimeout)
 		if ev.Comment {
+			// A keep-alive keeps a flowing stream alive, but is not the
+			// first byte: before it, the first-byte timeout still runs.
+			if a.committed {
+				timer.Reset(e.cfg.StreamIdleTimeout)
+			}
 			continue
 		}
-		if bytes.Equal(ev.Data, []byte("[DONE]")) {
+		timer.Reset(e.cfg.StreamIdleTimeout)
+		if bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
 			sawDone = true
 			break
 		}
@@ -81,7 +86,7 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 			a.ttft = e.now().Sub(start)
 			res.TTFT = a.ttft
 			h := sink.Header()
-			setRouteHeaders(h, t, e.cfg.NodeName, res.Route)
+			setRouteHeaders(h, t, e.cfg.NodeName, res.Route())
 			h["Content-Type"] = []string{"text/event-stream; charset=utf-8"}
 			h["Cache-Control"] = []string{"no-cache"}
 			h["X-Accel-Buffering"] = []string{"no"}
@@ -99,7 +104,7 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 			st.kept = append(append(st.kept, ev.Data...), '\n')
 		}
 		if !skip {
-			st.out = append(append(append(st.out[:0], "data: "...), ev.Data...), "\n\n"...)
+			st.out = appendEvent(st.out[:0], ev.Data)
 			if !write(st.out) {
 				break
 			}
@@ -109,18 +114,23 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 			streamErr = e.fail(a, OutcomeBroken, "error event mid-stream: %.256s", ev.Data)
 			break
 		}
-		if !rd.buffered() {
+		if !rd.eventBuffered() {
 			if err := sink.Flush(); err != nil {
 				e.fail(a, OutcomeCanceled, "client flush: %v", err)
 				break
 			}
 		}
 	}
+	// Whatever happened, a committed stream is accounted: what the
+	// provider reported, else what the node counts of what it relayed.
+	if a.committed {
+		a.known = true
+		if !sawUsage {
+			a.usage, a.counted = e.countStream(req, st.kept), true
+		}
+	}
 	if a.Outcome == OutcomeCanceled {
 		return a
-	}
-	if !sawUsage && a.committed {
-		a.usage, a.counted = e.countStream(req, st.kept), true
 	}
 	complete := sawDone || (streamErr == nil && finished >= req.Chat.N)
 	switch {
@@ -161,10 +171,27 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 	return streamErr
 }
 
+// appendEvent appends data as one server-sent event: every line of it
+// prefixed with "data: ", as a multi-line event must be.
+func appendEvent(b, data []byte) []byte {
+	b = append(b, "data: "...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		b = append(append(b, data[:i+1]...), "data: "...)
+		data = data[i+1:]
+	}
+	return append(append(b, data...), "\n\n"...)
+}
+
 // drainAfterDone reads what follows [DONE] — normally just the end of the
-// chunked body — so the connection can be reused, waiting briefly at most.
+// chunked body, already on its way — so the connection can be reused. An
+// upstream that keeps the body open gets a tenth of a second, then loses
+// its connection; the client already has [DONE].
 func drainAfterDone(resp *http.Response, timer *time.Timer) {
-	timer.Reset(2 * time.Second)
+	timer.Reset(100 * time.Millisecond)
 	var b [512]byte
 	for range 8 {
 		if _, err := resp.Body.Read(b[:]); err != nil {

@@ -364,6 +364,7 @@ func scanObject(b []byte) ([]member, error) {
 		return nil, invalid("", "the request body must be a JSON object")
 	}
 	var out []member
+	var seen map[string]struct{}
 	i = skipSpace(b, i+1)
 	for b[i] != '}' {
 		start := i
@@ -372,10 +373,8 @@ func scanObject(b []byte) ([]member, error) {
 		if err != nil {
 			return nil, invalid("", "the request body has an unreadable field name")
 		}
-		for _, m := range out {
-			if m.key == key {
-				return nil, invalid(key, "is given more than once")
-			}
+		if dup(out, &seen, key) {
+			return nil, invalid(key, "is given more than once")
 		}
 		i = skipSpace(b, kend)
 		i = skipSpace(b, i+1) // past ':'
@@ -388,6 +387,32 @@ func scanObject(b []byte) ([]member, error) {
 		}
 	}
 	return out, nil
+}
+
+// dup reports whether key is among the members found so far. A handful of
+// members are compared in place; past that a set keeps a body of a million
+// keys from costing a million squared comparisons.
+func dup(members []member, seen *map[string]struct{}, key string) bool {
+	const linear = 16
+	if len(members) < linear {
+		for _, m := range members {
+			if m.key == key {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*linear)
+		for _, m := range members {
+			(*seen)[m.key] = struct{}{}
+		}
+	}
+	if _, ok := (*seen)[key]; ok {
+		return true
+	}
+	(*seen)[key] = struct{}{}
+	return false
 }
 
 func unquoteKey(q []byte) (string, error) {

@@ -33,9 +33,17 @@ func newSSEReader(r io.Reader, maxEvent int) *sseReader {
 	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
 }
 
-// buffered reports whether more input is already in memory, so a caller
-// can hold its flush until the burst that arrived together is written.
-func (s *sseReader) buffered() bool { return s.br.Buffered() > 0 }
+// eventBuffered reports whether a whole further event is already in
+// memory, so a caller can hold its flush until the burst of events that
+// arrived together is written, and never for an event still arriving.
+func (s *sseReader) eventBuffered() bool {
+	n := s.br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := s.br.Peek(n)
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
 
 // next returns the next event. At the end of the input it returns an event
 // still pending (servers that omit the final blank line exist) and then
