@@ -4,19 +4,30 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
 )
 
 // benchFixture is a node in front of one zero-latency emulator, both
-// reached over loopback with pooled client connections.
-func benchFixture(b *testing.B) (direct, viaNode string, c *http.Client) {
+// reached over loopback with pooled client connections, and a bare
+// httputil.ReverseProxy in front of the same emulator for comparison.
+func benchFixture(b *testing.B) (direct, viaNode, viaProxy string, c *http.Client) {
 	b.Helper()
 	f := startNode(b, []upstream{{name: "emu", kind: "openai"}}, nil)
 	c = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.Cleanup(c.CloseIdleConnections)
-	return f.emus["emu"].URL() + "/v1/chat/completions", f.url + "/v1/chat/completions", c
+	u, _ := url.Parse(f.emus["emu"].URL())
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	srv := &http.Server{Handler: rp}
+	ln := listen(b)
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return f.emus["emu"].URL() + "/v1/chat/completions", f.url + "/v1/chat/completions",
+		"http://" + ln.Addr().String() + "/v1/chat/completions", c
 }
 
 var (
@@ -44,7 +55,7 @@ func doBench(b *testing.B, c *http.Client, url string, body []byte) {
 // whole process (client, node and emulator): the node's own share is the
 // difference between the two.
 func BenchmarkProxyPath(b *testing.B) {
-	direct, viaNode, c := benchFixture(b)
+	direct, viaNode, _, c := benchFixture(b)
 	for _, tc := range []struct {
 		name string
 		body []byte
@@ -61,38 +72,42 @@ func BenchmarkProxyPath(b *testing.B) {
 	}
 }
 
-// BenchmarkAddedLatency sends requests alternately straight to the
-// emulator and through the node, so that machine noise hits both alike,
-// and reports the percentiles of each and of the difference.
+// BenchmarkAddedLatency sends requests in turn straight to the emulator,
+// through a bare httputil.ReverseProxy and through the node, so that
+// machine noise hits all three alike, and reports the percentiles of each
+// and what the proxy and the node add at the same percentile.
 func BenchmarkAddedLatency(b *testing.B) {
-	direct, viaNode, c := benchFixture(b)
+	direct, viaNode, viaProxy, c := benchFixture(b)
 	for _, tc := range []struct {
 		name string
 		body []byte
 	}{{"unary", benchBody}, {"stream", benchStreamBody}} {
 		b.Run(tc.name, func(b *testing.B) {
-			doBench(b, c, direct, tc.body)
-			doBench(b, c, viaNode, tc.body)
-			var d, n []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				doBench(b, c, direct, tc.body)
-				t1 := time.Now()
-				doBench(b, c, viaNode, tc.body)
-				d = append(d, t1.Sub(t0))
-				n = append(n, time.Since(t1))
+			targets := []string{direct, viaProxy, viaNode}
+			lat := make([][]time.Duration, len(targets))
+			for _, u := range targets {
+				doBench(b, c, u, tc.body)
 			}
-			slices.Sort(d)
-			slices.Sort(n)
-			pct := func(s []time.Duration, p float64) float64 {
+			for b.Loop() {
+				for i, u := range targets {
+					t0 := time.Now()
+					doBench(b, c, u, tc.body)
+					lat[i] = append(lat[i], time.Since(t0))
+				}
+			}
+			pct := func(i int, p float64) float64 {
+				s := slices.Clone(lat[i])
+				slices.Sort(s)
 				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
 			}
-			b.ReportMetric(pct(d, 0.5), "direct-p50-µs")
-			b.ReportMetric(pct(n, 0.5), "node-p50-µs")
-			b.ReportMetric(pct(n, 0.5)-pct(d, 0.5), "added-p50-µs")
-			b.ReportMetric(pct(d, 0.99), "direct-p99-µs")
-			b.ReportMetric(pct(n, 0.99), "node-p99-µs")
-			b.ReportMetric(pct(n, 0.99)-pct(d, 0.99), "added-p99-µs")
+			for _, p := range []struct {
+				name string
+				q    float64
+			}{{"p50", 0.5}, {"p99", 0.99}} {
+				b.ReportMetric(pct(0, p.q), "direct-"+p.name+"-µs")
+				b.ReportMetric(pct(1, p.q)-pct(0, p.q), "proxy-adds-"+p.name+"-µs")
+				b.ReportMetric(pct(2, p.q)-pct(0, p.q), "node-adds-"+p.name+"-µs")
+			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}

@@ -222,7 +222,7 @@ func mustGet(t *testing.T, url string) *http.Response {
 
 func envSet(k string) bool { return os.Getenv(k) != "" }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
