@@ -388,6 +388,7 @@ func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink Re
 	}
 	defer resp.Body.Close()
 	a.Status = resp.StatusCode
+	e.noteRateWindow(t.Provider(), resp.Header)
 	switch code := resp.StatusCode; {
 	case code == http.StatusOK:
 		a.answered = true
@@ -405,6 +406,28 @@ func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink Re
 		return e.relay(req, t, resp, sink, res, a, start, timer, readErr)
 	}
 	return e.whole(req, t, resp, sink, res, a, start, readErr)
+}
+
+// noteRateWindow records the provider's own count of what is left of its
+// rate window, when it sends one.
+func (e *Executor) noteRateWindow(provider string, h http.Header) {
+	req, rok := headerInt(h, "X-Ratelimit-Remaining-Requests")
+	tok, tok2 := headerInt(h, "X-Ratelimit-Remaining-Tokens")
+	if rok || tok2 {
+		e.tracker.RateWindow(provider, req, tok)
+	}
+}
+
+func headerInt(h http.Header, key string) (int64, bool) {
+	v := h[key]
+	if len(v) == 0 {
+		return -1, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+	if err != nil || n < 0 {
+		return -1, false
+	}
+	return n, true
 }
 
 // respBuffers recycles the buffers that hold non-streamed answers.

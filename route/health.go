@@ -1,6 +1,7 @@
 package route
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -18,6 +19,13 @@ type Health struct {
 	TTFT, Latency time.Duration
 	// ErrorRate is a moving average of failed attempts, 0 to 1.
 	ErrorRate float64
+	// LastOK is when this node last had a good answer from the provider;
+	// zero if never.
+	LastOK time.Time
+	// Degraded means other nodes of the mesh see the provider failing
+	// while this node has no recent success of its own: it is ranked
+	// below healthy providers rather than tried first.
+	Degraded bool
 }
 
 // HealthView is the planner's read-only view of provider health. A node's
@@ -60,8 +68,8 @@ func DefaultHealthConfig() HealthConfig {
 // provider), 429 cooldowns, and moving averages of latency and errors.
 // It is safe for concurrent use; time is always passed in.
 type Tracker struct {
-	cfg     HealthConfig
-	onEject func(provider string)
+	cfg   HealthConfig
+	hooks TrackerHooks
 
 	mu sync.RWMutex
 	m  map[string]*providerState
@@ -76,12 +84,32 @@ type providerState struct {
 	coolingUntil time.Time
 	ttft, total  float64 // seconds; 0 = no sample yet
 	errRate      float64
+	lastAttempt  time.Time
+	lastOK       time.Time
+	// remaining requests and tokens in the provider's current rate window,
+	// from its x-ratelimit-remaining-* headers; -1 when unknown.
+	remainingReq, remainingTok int64
 }
 
-// NewTracker returns a Tracker; onEject, if not nil, is called (outside any
-// lock) each time a provider is ejected.
-func NewTracker(cfg HealthConfig, onEject func(provider string)) *Tracker {
-	return &Tracker{cfg: cfg, onEject: onEject, m: map[string]*providerState{}}
+// TrackerHooks are told of changes, outside any lock. Either may be nil.
+type TrackerHooks struct {
+	// OnEject is called each time a provider is ejected.
+	OnEject func(provider string)
+	// OnChange is called when a provider's availability changes: it is
+	// ejected or restored, or a 429 starts a cooldown. Gossip uses it to
+	// tell the mesh at once rather than at its next round.
+	OnChange func(provider string)
+}
+
+// NewTracker returns a Tracker.
+func NewTracker(cfg HealthConfig, hooks TrackerHooks) *Tracker {
+	return &Tracker{cfg: cfg, hooks: hooks, m: map[string]*providerState{}}
+}
+
+func (t *Tracker) changed(provider string) {
+	if t.hooks.OnChange != nil {
+		t.hooks.OnChange(provider)
+	}
 }
 
 func (t *Tracker) state(provider string) *providerState {
@@ -94,7 +122,7 @@ func (t *Tracker) state(provider string) *providerState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s = t.m[provider]; s == nil {
-		s = &providerState{}
+		s = &providerState{remainingReq: -1, remainingTok: -1}
 		t.m[provider] = s
 	}
 	return s
@@ -110,6 +138,7 @@ func (t *Tracker) Health(provider string, now time.Time) Health {
 		TTFT:      seconds(s.ttft),
 		Latency:   seconds(s.total),
 		ErrorRate: s.errRate,
+		LastOK:    s.lastOK,
 	}
 	if now.Before(s.coolingUntil) {
 		h.CoolingUntil = s.coolingUntil
@@ -125,6 +154,7 @@ type Admission struct {
 	// request let through to see whether it has recovered. Only the probe's
 	// outcome may restore or re-eject the provider.
 	probe bool
+	at    time.Time // when it was admitted
 }
 
 // Acquire is called before each attempt on provider. It refuses when the
@@ -139,12 +169,14 @@ func (t *Tracker) Acquire(provider string, now time.Time) (Admission, bool) {
 	case now.Before(s.coolingUntil):
 		return Admission{}, false
 	case s.ejectedUntil.IsZero():
-		return Admission{provider: provider}, true
+		s.lastAttempt = now
+		return Admission{provider: provider, at: now}, true
 	case now.Before(s.ejectedUntil) || s.probing:
 		return Admission{}, false
 	}
 	s.probing = true
-	return Admission{provider: provider, probe: true}, true
+	s.lastAttempt = now
+	return Admission{provider: provider, probe: true, at: now}, true
 }
 
 // Success records a good attempt: ttft is the time to the first streamed
@@ -155,8 +187,17 @@ func (t *Tracker) Acquire(provider string, now time.Time) (Admission, bool) {
 func (t *Tracker) Success(a Admission, ttft, total time.Duration) {
 	s := t.state(a.provider)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	restored := false
+	defer func() {
+		s.mu.Unlock()
+		if restored {
+			t.changed(a.provider)
+		}
+	}()
 	s.errRate = ewma(s.errRate, 0, t.cfg.Alpha)
+	if a.at.After(s.lastOK) {
+		s.lastOK = a.at
+	}
 	if ttft > 0 {
 		s.ttft = ewmaOrFirst(s.ttft, ttft.Seconds(), t.cfg.Alpha)
 	}
@@ -166,6 +207,7 @@ func (t *Tracker) Success(a Admission, ttft, total time.Duration) {
 	if !s.ejectedUntil.IsZero() && !a.probe {
 		return
 	}
+	restored = !s.ejectedUntil.IsZero()
 	s.failures, s.ejections = 0, 0
 	s.ejectedUntil = time.Time{}
 	s.probing = false
@@ -190,8 +232,11 @@ func (t *Tracker) Failure(a Admission, now time.Time) bool {
 		s.probing = false
 	}
 	s.mu.Unlock()
-	if eject && t.onEject != nil {
-		t.onEject(a.provider)
+	if eject {
+		if t.hooks.OnEject != nil {
+			t.hooks.OnEject(a.provider)
+		}
+		t.changed(a.provider)
 	}
 	return eject
 }
@@ -207,14 +252,72 @@ func (t *Tracker) RateLimited(a Admission, retryAfter time.Duration, now time.Ti
 	retryAfter = min(retryAfter, t.cfg.MaxCooldown)
 	s := t.state(a.provider)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if until := now.Add(retryAfter); until.After(s.coolingUntil) {
 		s.coolingUntil = until
 	}
 	if a.probe {
 		s.probing = false
 	}
+	s.mu.Unlock()
+	t.changed(a.provider)
 	return retryAfter
+}
+
+// CoolDown starts a cooldown the node learned of from elsewhere (a peer's
+// 429), without an attempt of its own. It never shortens one.
+func (t *Tracker) CoolDown(provider string, until time.Time) {
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until.After(s.coolingUntil) {
+		s.coolingUntil = until
+	}
+}
+
+// RateWindow records what a provider's x-ratelimit-remaining-requests and
+// -tokens headers said; -1 leaves a figure unknown.
+func (t *Tracker) RateWindow(provider string, requests, tokens int64) {
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.remainingReq, s.remainingTok = requests, tokens
+}
+
+// ProviderState is everything the Tracker knows of one provider, for
+// gossip and operators.
+type ProviderState struct {
+	Provider     string
+	Health       Health
+	EjectedUntil time.Time // zero when in rotation
+	Ejections    int       // since the last recovery
+	LastAttempt  time.Time // zero if never tried
+	// RemainingRequests and RemainingTokens are the provider's own count
+	// of what is left in its rate window; -1 when unknown.
+	RemainingRequests, RemainingTokens int64
+}
+
+// Snapshot returns the state of every provider the Tracker has seen,
+// sorted by name.
+func (t *Tracker) Snapshot(now time.Time) []ProviderState {
+	t.mu.RLock()
+	names := make([]string, 0, len(t.m))
+	for name := range t.m {
+		names = append(names, name)
+	}
+	t.mu.RUnlock()
+	slices.Sort(names)
+	out := make([]ProviderState, 0, len(names))
+	for _, name := range names {
+		h := t.Health(name, now)
+		s := t.state(name)
+		s.mu.Lock()
+		out = append(out, ProviderState{
+			Provider: name, Health: h, EjectedUntil: s.ejectedUntil, Ejections: s.ejections,
+			LastAttempt: s.lastAttempt, RemainingRequests: s.remainingReq, RemainingTokens: s.remainingTok,
+		})
+		s.mu.Unlock()
+	}
+	return out
 }
 
 // Release ends an admitted attempt that says nothing about the provider's

@@ -9,7 +9,7 @@ func TestTrackerEjectsAndProbes(t *testing.T) {
 	cfg := DefaultHealthConfig()
 	cfg.EjectAfter, cfg.BaseEjection, cfg.MaxEjection = 3, 10*time.Second, 25*time.Second
 	var ejected []string
-	tr := NewTracker(cfg, func(p string) { ejected = append(ejected, p) })
+	tr := NewTracker(cfg, TrackerHooks{OnEject: func(p string) { ejected = append(ejected, p) }})
 	now := time.Unix(1000, 0)
 
 	for i := range 2 {
@@ -82,7 +82,7 @@ func TestTrackerEjectsAndProbes(t *testing.T) {
 func TestTrackerReleaseFreesProbe(t *testing.T) {
 	cfg := DefaultHealthConfig()
 	cfg.EjectAfter = 1
-	tr := NewTracker(cfg, nil)
+	tr := NewTracker(cfg, TrackerHooks{})
 	now := time.Unix(0, 0)
 	a, _ := tr.Acquire("p", now)
 	tr.Failure(a, now)
@@ -100,7 +100,7 @@ func TestTrackerReleaseFreesProbe(t *testing.T) {
 func TestTrackerRateLimitIsNotAFailure(t *testing.T) {
 	cfg := DefaultHealthConfig()
 	cfg.EjectAfter = 2
-	tr := NewTracker(cfg, nil)
+	tr := NewTracker(cfg, TrackerHooks{})
 	now := time.Unix(0, 0)
 	for range 5 {
 		a, _ := tr.Acquire("p", now)

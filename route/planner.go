@@ -69,10 +69,11 @@ type Policy interface {
 	Less(req *Request, a, b *Target) bool
 }
 
-// CostFirst is the default policy: lowest expected cost, then lowest
-// observed latency (time to first token for streams, to the whole answer
-// otherwise; a provider not yet observed counts as fast, so it gets tried),
-// then priority, then name for a stable order.
+// CostFirst is the default policy: providers the mesh sees failing after
+// the others, then lowest expected cost, then lowest observed latency
+// (time to first token for streams, to the whole answer otherwise; a
+// provider not yet observed counts as fast, so it gets tried), then
+// priority, then name for a stable order.
 type CostFirst struct{}
 
 var _ Policy = CostFirst{}
@@ -82,6 +83,9 @@ func (CostFirst) Name() string { return "cost" }
 
 // Less implements Policy.
 func (CostFirst) Less(req *Request, a, b *Target) bool {
+	if a.Health.Degraded != b.Health.Degraded {
+		return b.Health.Degraded
+	}
 	if a.Cost != b.Cost {
 		return a.Cost < b.Cost
 	}
@@ -225,12 +229,20 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 	if t.Health.TTFT > 0 {
 		fmt.Fprintf(&b, ", ttft %dms", t.Health.TTFT.Milliseconds())
 	}
+	if t.Health.Degraded {
+		b.WriteString(", failing on other nodes")
+	}
 	b.WriteString(")")
 	if n := len(plan.Targets) - 1; n > 0 {
 		fmt.Fprintf(&b, " of %d candidates", n+1)
 	}
 	if len(failed) > 0 {
 		b.WriteString("; failed over from " + strings.Join(failed, ", "))
+	}
+	for _, o := range plan.Targets[chosen+1:] {
+		if o.Health.Degraded {
+			b.WriteString("; ranked down " + o.Provider() + " (failing on other nodes)")
+		}
 	}
 	if len(plan.Skipped) > 0 {
 		b.WriteString("; skipped ")

@@ -44,7 +44,7 @@ func order(p *Plan) []string {
 
 func TestPlannerOrdersByCostThenLatencyThenPriority(t *testing.T) {
 	now := time.Unix(0, 0)
-	tr := NewTracker(DefaultHealthConfig(), nil)
+	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
 	pricey := offer("pricey", 5, 15, "us")
 	fast := offer("fast", 1, 2, "us")
 	slow := offer("slow", 1, 2, "us")
@@ -76,7 +76,7 @@ func TestPlannerHardFilters(t *testing.T) {
 	now := time.Unix(0, 0)
 	cfg := DefaultHealthConfig()
 	cfg.EjectAfter = 1
-	tr := NewTracker(cfg, nil)
+	tr := NewTracker(cfg, TrackerHooks{})
 	local := offer("local-gpu", 0.1, 0.1, "eu")
 	local.Reach, local.Region = ReachRegion, "r2"
 	cat := testCatalog(t, offer("a", 1, 1, "us"), offer("b", 2, 2, "us"), offer("c", 3, 3, "eu"), local)
@@ -137,7 +137,7 @@ func TestPlannerRegionReach(t *testing.T) {
 	gpu.Reach, gpu.Region = ReachRegion, "eu-west"
 	cat := testCatalog(t, gpu, offer("api", 1, 1, "eu"))
 	req := chatReq(t, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	tr := NewTracker(DefaultHealthConfig(), nil)
+	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
 	in, _ := (&Planner{Region: "eu-west", Catalog: cat, Health: tr}).Plan(req, time.Unix(0, 0))
 	out, _ := (&Planner{Region: "us-east", Catalog: cat, Health: tr}).Plan(req, time.Unix(0, 0))
 	if !equal(order(in), []string{"gpu", "api"}) || !equal(order(out), []string{"api"}) {
@@ -183,7 +183,7 @@ func BenchmarkPlan(b *testing.B) {
 		ps = append(ps, offer(n, 0.15, 0.6, "us", "eu"))
 	}
 	cat := testCatalog(b, ps...)
-	tr := NewTracker(DefaultHealthConfig(), nil)
+	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
 	for i, p := range ps {
 		tr.Success(Admission{provider: p.Name}, time.Duration(i+1)*50*time.Millisecond, time.Second)
 	}

@@ -1,0 +1,138 @@
+package gossip
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Observation is what one node has seen of one provider. Durations are
+// relative to the moment it was sent, not absolute times: nodes' clocks
+// disagree, and a receiver turns each into a deadline on its own clock.
+// Relaying delays it by at most the gossip retransmit window, which makes
+// cooldowns and ejections seen elsewhere last a little longer, never
+// shorter.
+type Observation struct {
+	Observer string
+	Provider string
+	// Version orders the observer's reports; the highest wins.
+	Version uint64
+	// TTL is how long the report stays valid after it is sent.
+	TTL time.Duration
+	// TTFT and Latency are the observer's moving averages; 0 if unknown.
+	TTFT, Latency time.Duration
+	// ErrorRate is the observer's moving average of failed attempts.
+	ErrorRate float64
+	// Ejected, with EjectedFor left of its backoff, says the observer's
+	// outlier detector has taken the provider out.
+	Ejected    bool
+	EjectedFor time.Duration
+	// CoolingFor is what was left of a 429 cooldown; 0 if none.
+	CoolingFor time.Duration
+	// IdleFor is how long since the observer last sent it a request.
+	IdleFor time.Duration
+	// RemainingRequests and RemainingTokens are the provider's own count
+	// of its rate window (x-ratelimit-remaining-*); -1 when unknown.
+	RemainingRequests, RemainingTokens int64
+}
+
+// Load is what a node reports of its own load.
+type Load struct {
+	Observer string
+	Version  uint64
+	TTL      time.Duration
+	InFlight int // requests being served
+	Queue    int // requests waiting for capacity
+}
+
+// Message types, the first byte of every gossip message.
+const (
+	msgObservation byte = 1
+	msgLoad        byte = 2
+	msgState       byte = 3 // push/pull: a batch of the above
+	msgLeaving     byte = 4 // sent straight to every member before a graceful leave
+
+	observationVersion = 1
+	loadVersion        = 1
+	stateVersion       = 1
+)
+
+func ms(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
+func us(d time.Duration) uint64 { return uint64(max(d, 0) / time.Microsecond) }
+
+func fromMS(v uint64) time.Duration {
+	return time.Duration(min(v, math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond
+}
+func fromUS(v uint64) time.Duration {
+	return time.Duration(min(v, math.MaxInt64/uint64(time.Microsecond))) * time.Microsecond
+}
+
+func (o *Observation) encode(e *encoder) {
+	e.byte1(msgObservation)
+	e.byte1(observationVersion)
+	e.str(o.Observer)
+	e.str(o.Provider)
+	e.uvarint(o.Version)
+	e.uvarint(ms(o.TTL))
+	e.uvarint(us(o.TTFT))
+	e.uvarint(us(o.Latency))
+	e.uvarint(uint64(math.Round(math.Max(0, math.Min(1, o.ErrorRate)) * 1e4)))
+	e.boolean(o.Ejected)
+	e.uvarint(ms(o.EjectedFor))
+	e.uvarint(ms(o.CoolingFor))
+	e.uvarint(ms(o.IdleFor))
+	e.varint(o.RemainingRequests)
+	e.varint(o.RemainingTokens)
+}
+
+func decodeObservation(d *decoder) (Observation, error) {
+	if v := d.byte1(); d.err == nil && v < observationVersion {
+		return Observation{}, fmt.Errorf("gossip: observation version %d is not supported", v)
+	}
+	o := Observation{
+		Observer:          d.str(),
+		Provider:          d.str(),
+		Version:           d.uvarint(),
+		TTL:               fromMS(d.uvarint()),
+		TTFT:              fromUS(d.uvarint()),
+		Latency:           fromUS(d.uvarint()),
+		ErrorRate:         float64(min(d.uvarint(), 1e4)) / 1e4,
+		Ejected:           d.boolean(),
+		EjectedFor:        fromMS(d.uvarint()),
+		CoolingFor:        fromMS(d.uvarint()),
+		IdleFor:           fromMS(d.uvarint()),
+		RemainingRequests: d.varint(),
+		RemainingTokens:   d.varint(),
+	}
+	if d.err == nil && (o.Observer == "" || o.Provider == "") {
+		return Observation{}, fmt.Errorf("gossip: observation without observer or provider")
+	}
+	return o, d.err
+}
+
+func (l *Load) encode(e *encoder) {
+	e.byte1(msgLoad)
+	e.byte1(loadVersion)
+	e.str(l.Observer)
+	e.uvarint(l.Version)
+	e.uvarint(ms(l.TTL))
+	e.uvarint(uint64(max(l.InFlight, 0)))
+	e.uvarint(uint64(max(l.Queue, 0)))
+}
+
+func decodeLoad(d *decoder) (Load, error) {
+	if v := d.byte1(); d.err == nil && v < loadVersion {
+		return Load{}, fmt.Errorf("gossip: load version %d is not supported", v)
+	}
+	l := Load{
+		Observer: d.str(),
+		Version:  d.uvarint(),
+		TTL:      fromMS(d.uvarint()),
+		InFlight: int(min(d.uvarint(), math.MaxInt32)),
+		Queue:    int(min(d.uvarint(), math.MaxInt32)),
+	}
+	if d.err == nil && l.Observer == "" {
+		return Load{}, fmt.Errorf("gossip: load without observer")
+	}
+	return l, d.err
+}

@@ -1,0 +1,105 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+func TestStoreMergeAndAge(t *testing.T) {
+	s := newStore()
+	now := time.Unix(1000, 0)
+	o := Observation{Observer: "a", Provider: "p", Version: 5, TTL: 10 * time.Second, Ejected: true, EjectedFor: 3 * time.Second}
+	if s.mergeObservation(o, now) {
+		t.Fatal("a report from a non-member was kept")
+	}
+	s.join("a")
+	if !s.mergeObservation(o, now) {
+		t.Fatal("first report refused")
+	}
+	older := o
+	older.Version = 4
+	if s.mergeObservation(older, now) || s.mergeObservation(o, now) {
+		t.Fatal("an older or equal version replaced the newer")
+	}
+	sum := s.summarize("self", now)["p"]
+	if sum == nil || sum.Failing != 1 || sum.Observers != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+	// The ejection ran out; the report is still fresh but no longer failing.
+	if sum := s.summarize("self", now.Add(4*time.Second))["p"]; sum.Failing != 0 {
+		t.Fatalf("after the ejection: %+v", sum)
+	}
+	// A node's own reports are not "peers".
+	if s.summarize("a", now)["p"] != nil {
+		t.Fatal("own report counted as a peer's")
+	}
+	// Expired reports are gone.
+	if n := s.expire(now.Add(10*time.Second), time.Hour); n != 1 || len(s.summarize("self", now.Add(10*time.Second))) != 0 {
+		t.Fatalf("expire dropped %d", n)
+	}
+	// Leaving drops a node's reports and refuses its old ones, even after
+	// it joins again.
+	o.Version = 10
+	s.mergeObservation(o, now)
+	s.leave("a", now)
+	s.join("a")
+	o.Version = 9
+	if s.mergeObservation(o, now) {
+		t.Fatal("a relayed report of the previous life came back")
+	}
+	o.Version = 11
+	if !s.mergeObservation(o, now) {
+		t.Fatal("a new report after rejoining refused")
+	}
+}
+
+func TestObservationWireRoundTrip(t *testing.T) {
+	o := Observation{Observer: "eu-1", Provider: "azure-eu", Version: 1 << 62, TTL: 30 * time.Second,
+		TTFT: 180 * time.Millisecond, Latency: 2 * time.Second, ErrorRate: 0.25, Ejected: true,
+		EjectedFor: 5 * time.Second, CoolingFor: 1500 * time.Millisecond, IdleFor: time.Minute,
+		RemainingRequests: 0, RemainingTokens: -1}
+	var e encoder
+	o.encode(&e)
+	d := decoder{b: e.b[1:]}
+	got, err := decodeObservation(&d)
+	if err != nil || got != o {
+		t.Fatalf("round trip:\n got %+v\nwant %+v (%v)", got, o, err)
+	}
+	l := Load{Observer: "eu-1", Version: 7, TTL: time.Second, InFlight: 12, Queue: 3}
+	e.b = nil
+	l.encode(&e)
+	d = decoder{b: e.b[1:]}
+	if gl, err := decodeLoad(&d); err != nil || gl != l {
+		t.Fatalf("load round trip: %+v %v", gl, err)
+	}
+}
+
+// Nothing a peer sends can crash a node: every decoder and the message
+// dispatcher take arbitrary bytes.
+func FuzzGossipMessages(f *testing.F) {
+	var e encoder
+	(&Observation{Observer: "a", Provider: "p", Version: 1, TTL: time.Second}).encode(&e)
+	f.Add(e.b)
+	e.b = nil
+	(&Load{Observer: "a", Version: 1}).encode(&e)
+	f.Add(e.b)
+	meta, _ := Meta{Region: "eu"}.Encode()
+	f.Add(meta)
+	f.Add([]byte{msgState, stateVersion, 200})
+	f.Add([]byte{msgLeaving})
+	m, err := New(DefaultConfig("self"), route.NewTracker(route.DefaultHealthConfig(), route.TrackerHooks{}), nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	m.st.join("a")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 0 {
+			m.recvMsg(b, true)
+		}
+		_, _ = DecodeMeta(b)
+		_, _ = decodeCoord(b)
+		delegate{m}.MergeRemoteState(b, false)
+	})
+}
