@@ -28,6 +28,7 @@ type Config struct {
 	Limits    LimitsSection     `yaml:"limits"`
 	Timeouts  TimeoutsSection   `yaml:"timeouts"`
 	Outlier   OutlierSection    `yaml:"outlier"`
+	Probes    ProbesSection     `yaml:"probes"`
 }
 
 // NodeSection describes this node.
@@ -44,6 +45,9 @@ type NodeSection struct {
 	BootstrapExpect int      `yaml:"bootstrap_expect"` // voters to wait for before the first election
 	Join            []string `yaml:"join"`             // gossip seeds
 	AdminTokenEnv   string   `yaml:"admin_token_env"`  // environment variable holding the admin token
+	GossipKeyEnv    string   `yaml:"gossip_key_env"`   // environment variable holding the base64 32-byte gossip key
+	GossipKeyFile   string   `yaml:"gossip_key_file"`  // or a file holding it
+	Cluster         string   `yaml:"cluster"`          // gossip label: nodes of other clusters are refused
 }
 
 // RegionSection maps a region to its jurisdiction.
@@ -123,6 +127,14 @@ type OutlierSection struct {
 	ConsecutiveFailures int      `yaml:"consecutive_failures"` // default 5
 	BaseEjection        Duration `yaml:"base_ejection"`        // default 5s, doubling per ejection
 	MaxEjection         Duration `yaml:"max_ejection"`         // default 5m
+}
+
+// ProbesSection tunes active health probes: a provider nobody in the
+// region has called for Idle gets a one-token request from one node of
+// the region.
+type ProbesSection struct {
+	Idle     Duration `yaml:"idle"`     // default 30s
+	Disabled bool     `yaml:"disabled"` // no probes at all
 }
 
 // Duration is a time.Duration written as "5s" or "10m" in YAML.

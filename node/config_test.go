@@ -1,6 +1,7 @@
 package node
 
 import (
+	"io/fs"
 	"strings"
 	"testing"
 )
@@ -56,12 +57,21 @@ var testEnv = map[string]string{"LLMESH_ADMIN_TOKEN": "admin", "GPU_EU_KEY": "gp
 
 func getenv(k string) string { return testEnv[k] }
 
+func readFile(name string) ([]byte, error) {
+	if b, ok := testFiles[name]; ok {
+		return []byte(b), nil
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+}
+
+var testFiles = map[string]string{"/etc/llmesh/gossip.key": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"}
+
 func TestContractConfigIsAccepted(t *testing.T) {
 	c, err := ParseConfig([]byte(validConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.resolve(getenv)
+	s, err := c.resolve(getenv, readFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +129,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			}
 			c, err := ParseConfig([]byte(doc))
 			if err == nil {
-				_, err = c.resolve(getenv)
+				_, err = c.resolve(getenv, readFile)
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
@@ -137,5 +147,45 @@ func TestConfigRejectsEmptyAndMultiDocument(t *testing.T) {
 	}
 	if _, err := ParseConfig([]byte(validConfig + "\n---\nnode: {}\n")); err == nil || !strings.Contains(err.Error(), "more than one") {
 		t.Fatalf("two documents: %v", err)
+	}
+}
+
+func TestGossipSettings(t *testing.T) {
+	withNode := func(extra string) string {
+		return strings.Replace(validConfig, "  admin_token_env: LLMESH_ADMIN_TOKEN", "  admin_token_env: LLMESH_ADMIN_TOKEN\n"+extra, 1)
+	}
+	c, _ := ParseConfig([]byte(withNode("  gossip_key_file: /etc/llmesh/gossip.key\n  cluster: prod")))
+	s, err := c.resolve(getenv, readFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.gossip
+	if g == nil || g.bindAddr != "0.0.0.0" || g.bindPort != 7946 || len(g.key) != 32 || g.label != "prod" || len(g.seeds) != 1 {
+		t.Fatalf("gossip settings %+v", g)
+	}
+	for _, tc := range []struct{ extra, env, want string }{
+		{"  gossip_key_env: K\n  gossip_key_file: /etc/llmesh/gossip.key", "", "give node.gossip_key_env or node.gossip_key_file, not both"},
+		{"  gossip_key_env: K", "not base64!", "node.gossip_key_env: the key is not base64"},
+		{"  gossip_key_env: K", "c2hvcnQ=", "node.gossip_key_env: the key must be 32 bytes once decoded, not 5"},
+		{"  gossip_key_file: /nope", "", "node.gossip_key_file: cannot read the key"},
+		{"  cluster: 'two words'", "", `node.cluster: "two words"`},
+	} {
+		testEnv["K"] = tc.env
+		c, err := ParseConfig([]byte(withNode(tc.extra)))
+		if err == nil {
+			_, err = c.resolve(getenv, readFile)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want %q", tc.extra, err, tc.want)
+		}
+		if tc.env != "" && err != nil && strings.Contains(err.Error(), tc.env) {
+			t.Errorf("the key appears in the error: %v", err)
+		}
+	}
+	delete(testEnv, "K")
+	// Gossip settings without node.gossip make no sense.
+	c, _ = ParseConfig([]byte(strings.Replace(validConfig, "  gossip: 0.0.0.0:7946\n", "", 1)))
+	if _, err := c.resolve(getenv, readFile); err == nil || !strings.Contains(err.Error(), "node.gossip: is required with node.join") {
+		t.Fatalf("join without gossip: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ func TestImportRules(t *testing.T) {
 	allowed := map[string][]string{
 		"region":       {},
 		"route":        {"region"},
+		"gossip":       {"route", "region"},
 		"sim/emulator": {"route", "region"},
 		"node":         {"route", "region", "gossip", "consensus", "proto"},
 		"sim/harness":  {"node", "route", "region", "gossip", "consensus", "proto", "sim/emulator"},

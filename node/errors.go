@@ -43,9 +43,12 @@ func classify(err error) (int, apiError) {
 			e.Param = &inv.Param
 		}
 		return http.StatusBadRequest, e
-	case errors.Is(err, errUnauthorized):
+	case errors.Is(err, errUnauthorized), errors.Is(err, errAdminToken):
 		e.Type, e.Code = "invalid_request_error", "invalid_api_key"
 		return http.StatusUnauthorized, e
+	case errors.Is(err, errNoGossip):
+		e.Type, e.Code = "invalid_request_error", "invalid_request"
+		return http.StatusBadRequest, e
 	case errors.Is(err, errTooLarge):
 		e.Type, e.Code = "invalid_request_error", "request_too_large"
 		return http.StatusRequestEntityTooLarge, e

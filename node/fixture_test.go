@@ -62,6 +62,8 @@ func baseConfig() *node.Config {
 			{Name: "us-east", Jurisdiction: "us"},
 		},
 		Tenants: []node.TenantSection{{Name: "t1", KeySHA256: []string{sha(testKey)}}},
+		// Tests count what providers receive; probes are tested on their own.
+		Probes: node.ProbesSection{Disabled: true},
 	}
 }
 
@@ -196,16 +198,18 @@ func readAll(t *testing.T, r io.Reader) string {
 	return string(b)
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+// eventually polls cond until it holds or d passes, and returns how long
+// it took.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
 	for !cond() {
-		if time.Now().After(deadline) {
+		if time.Since(start) > d {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return time.Since(start)
 }
 
 const hello = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`

@@ -29,6 +29,9 @@ func (n *Node) routes() http.Handler {
 	}))
 	mux.HandleFunc("/readyz", n.only(http.MethodGet, n.readyz))
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	mux.HandleFunc("/v1/mesh/members", n.only(http.MethodGet, n.admin(n.members)))
+	mux.HandleFunc("/v1/mesh/providers", n.only(http.MethodGet, n.admin(n.providers)))
+	mux.HandleFunc("/v1/mesh/join", n.only(http.MethodPost, n.admin(n.join)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound)
 	})
@@ -48,7 +51,7 @@ func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
-	if !n.ready.Load() {
+	if !n.Ready() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "node": n.s.name})
 		return
 	}
@@ -88,7 +91,11 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	start := n.now()
 	n.metrics.inFlight.Inc()
-	defer n.metrics.inFlight.Dec()
+	n.inFlight.Add(1)
+	defer func() {
+		n.metrics.inFlight.Dec()
+		n.inFlight.Add(-1)
+	}()
 	w.Header()["X-Llmesh-Node"] = []string{n.s.name}
 
 	var (

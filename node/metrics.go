@@ -26,6 +26,9 @@ type metrics struct {
 	ejections     *prometheus.CounterVec
 	truncated     *prometheus.CounterVec
 	countedTokens *prometheus.CounterVec
+	probes        *prometheus.CounterVec
+	probeCost     *prometheus.CounterVec
+	probeTokens   *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (5 ms) to a long generation (5 min).
@@ -77,6 +80,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		countedTokens: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_usage_counted_total",
 			Help: "Answers whose provider reported no usage, so the node counted the tokens itself.",
+		}, []string{"provider"})).(*prometheus.CounterVec),
+		probes: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_probes_total",
+			Help: "Active health probes (one-token requests to idle providers), by provider and outcome.",
+		}, []string{"provider", "outcome"})).(*prometheus.CounterVec),
+		probeCost: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_probe_cost_usd_total",
+			Help: "What active health probes cost, in US dollars at the configured prices, by provider.",
+		}, []string{"provider"})).(*prometheus.CounterVec),
+		probeTokens: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_probe_tokens_total",
+			Help: "Tokens spent by active health probes, by provider.",
 		}, []string{"provider"})).(*prometheus.CounterVec),
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

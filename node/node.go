@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -24,10 +26,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Registry receives the node's metrics; nil means a fresh registry.
 	Registry *prometheus.Registry
-	// Getenv reads secrets named in the configuration; nil means os.Getenv.
-	Getenv func(string) string
+	// Getenv and ReadFile read secrets named in the configuration; nil
+	// means os.Getenv and os.ReadFile.
+	Getenv   func(string) string
+	ReadFile func(string) ([]byte, error)
 	// Clock is the node's time source; nil means time.Now.
 	Clock func() time.Time
+	// Version is the build version the node announces to its peers.
+	Version string
+	// GossipTuning, if not nil, adjusts the gossip settings derived from
+	// the configuration (tests use it for faster failure detection).
+	GossipTuning func(*gossip.Config)
 }
 
 // Node is one llmesh node.
@@ -44,10 +53,16 @@ type Node struct {
 	exec    *route.Executor
 	tenants *tenantKeys
 
+	mesh     *gossip.Mesh // nil when the node does not gossip
+	inFlight atomic.Int64
+	probes   *prober
+
 	srv       *http.Server
 	ln        net.Listener
 	serveDone chan struct{}
 	ready     atomic.Bool
+	stop      chan struct{} // closed by Shutdown: stops the node's loops
+	loops     sync.WaitGroup
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -59,7 +74,10 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	s, err := cfg.resolve(opts.Getenv)
+	if opts.ReadFile == nil {
+		opts.ReadFile = os.ReadFile
+	}
+	s, err := cfg.resolve(opts.Getenv, opts.ReadFile)
 	if err != nil {
 		return nil, err
 	}
@@ -85,13 +103,40 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		catalog:   catalog,
 		tenants:   newTenantKeys(s.tenants),
 		serveDone: make(chan struct{}),
+		stop:      make(chan struct{}),
 	}
-	n.tracker = route.NewTracker(s.health, func(p string) {
-		n.metrics.ejections.WithLabelValues(p).Inc()
-		n.log.Warn("provider ejected after consecutive failures", "provider", p)
+	n.tracker = route.NewTracker(s.health, route.TrackerHooks{
+		OnEject: func(p string) {
+			n.metrics.ejections.WithLabelValues(p).Inc()
+			n.log.Warn("provider ejected after consecutive failures", "provider", p)
+		},
+		OnChange: func(string) {
+			if n.mesh != nil {
+				n.mesh.Changed()
+			}
+		},
 	})
+	var health route.HealthView = n.tracker
+	if s.gossip != nil {
+		gc := gossip.DefaultConfig(s.name)
+		gc.BindAddr, gc.BindPort = s.gossip.bindAddr, s.gossip.bindPort
+		gc.AdvertiseAddr = s.advertise
+		gc.Seeds, gc.SecretKey, gc.Label = s.gossip.seeds, s.gossip.key, s.gossip.label
+		gc.Meta = gossip.Meta{Region: s.region, Jurisdiction: s.jurisdiction, Voter: s.voter, RPC: s.rpcAddr, Build: opts.Version}
+		gc.Logger = n.log.With("component", "gossip")
+		gc.Registerer = opts.Registry
+		if opts.GossipTuning != nil {
+			opts.GossipTuning(&gc)
+		}
+		mesh, err := gossip.New(gc, n.tracker, func() (int, int) { return int(n.inFlight.Load()), 0 })
+		if err != nil {
+			return nil, err
+		}
+		n.mesh = mesh
+		health = mesh.View()
+	}
 	limiter := route.NewLimiter(catalog.Providers())
-	n.planner = &route.Planner{Region: s.region, Catalog: catalog, Health: n.tracker, Quota: limiter}
+	n.planner = &route.Planner{Region: s.region, Catalog: catalog, Health: health, Quota: limiter}
 	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
 		Tracker:   n.tracker,
 		Quota:     limiter,
@@ -99,6 +144,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		Observer:  n.metrics,
 		Clock:     opts.Clock,
 	})
+	n.probes = newProber(n, s.probeIdle)
 	n.srv = &http.Server{
 		Handler:           n.routes(),
 		ReadHeaderTimeout: s.readHeader,
@@ -112,12 +158,26 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	return n, nil
 }
 
-// Start listens on the configured HTTP address and serves until Shutdown.
+// Start listens on the configured HTTP address, joins the mesh (in the
+// background, retrying its seeds) and serves until Shutdown. On error,
+// what it started is stopped again.
 func (n *Node) Start(ctx context.Context) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", n.s.httpAddr)
 	if err != nil {
 		return fmt.Errorf("node.http: %w", err)
+	}
+	if n.mesh != nil {
+		meta := n.mesh.Meta()
+		meta.HTTP = n.advertised(ln.Addr())
+		if err := n.mesh.SetMeta(meta); err != nil {
+			ln.Close()
+			return fmt.Errorf("node: %w", err)
+		}
+		if err := n.mesh.Start(ctx); err != nil {
+			ln.Close()
+			return fmt.Errorf("node.gossip: %w", err)
+		}
 	}
 	n.ln = ln
 	go func() {
@@ -126,6 +186,9 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
+	if n.probes != nil {
+		n.loops.Go(func() { n.probes.run(n.stop) })
+	}
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.region,
 		"providers", len(n.catalog.Providers()), "models", len(n.catalog.Models()))
@@ -134,6 +197,30 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// advertised returns the HTTP address peers should use: the bound one,
+// with node.advertise in place of an unspecified host.
+func (n *Node) advertised(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	host := tcp.IP.String()
+	if n.s.advertise != "" && (tcp.IP.IsUnspecified() || n.s.advertise != host) {
+		host = n.s.advertise
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+// Ready reports whether the node takes traffic: started, not shutting
+// down, and joined to the mesh when it has seeds.
+func (n *Node) Ready() bool {
+	return n.ready.Load() && (n.mesh == nil || n.mesh.Joined())
+}
+
+// Mesh returns the node's gossip membership, or nil when it does not
+// gossip.
+func (n *Node) Mesh() *gossip.Mesh { return n.mesh }
 
 // HTTPAddr returns the address the API listens on, once started.
 func (n *Node) HTTPAddr() string {
@@ -147,20 +234,54 @@ func (n *Node) HTTPAddr() string {
 func (n *Node) Name() string { return n.s.name }
 
 // Shutdown stops taking traffic, lets requests in flight (streams
-// included) finish until ctx ends, then closes them and releases upstream
+// included) finish until ctx ends, then closes them, leaves the mesh
+// gracefully (peers record it as left, not failed) and releases upstream
 // connections. It is idempotent: later calls return the first result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutdownOnce.Do(func() {
 		n.ready.Store(false)
+		close(n.stop)
+		var errs []error
 		if n.ln != nil {
 			if err := n.srv.Shutdown(ctx); err != nil {
-				n.shutdownErr = fmt.Errorf("http shutdown: %w", err)
+				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 				_ = n.srv.Close()
 			}
 			<-n.serveDone
 		}
+		n.loops.Wait()
+		if n.mesh != nil {
+			if n.ln != nil {
+				if err := n.mesh.Leave(); err != nil {
+					errs = append(errs, fmt.Errorf("leave the mesh: %w", err))
+				}
+			}
+			if err := n.mesh.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
+			}
+		}
 		n.exec.Close()
+		n.shutdownErr = errors.Join(errs...)
 		n.log.Info("node stopped")
 	})
 	return n.shutdownErr
+}
+
+// Kill stops the node at once, as a crash would: no graceful leave, so
+// peers find it failed. Tests of failure use it; Shutdown is for
+// everything else.
+func (n *Node) Kill() {
+	n.shutdownOnce.Do(func() {
+		n.ready.Store(false)
+		close(n.stop)
+		if n.mesh != nil {
+			_ = n.mesh.Shutdown()
+		}
+		if n.ln != nil {
+			_ = n.srv.Close()
+			<-n.serveDone
+		}
+		n.loops.Wait()
+		n.exec.Close()
+	})
 }

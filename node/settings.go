@@ -2,10 +2,13 @@ package node
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +32,21 @@ type settings struct {
 	readBody     time.Duration
 	clientWrite  time.Duration
 	adminToken   route.Secret
+	jurisdiction string // of the node's region
+	voter        bool
+	rpcAddr      string
+	advertise    string        // host peers should use; "" for the bound one
+	gossip       *gossipConfig // nil: this node does not gossip
+	probeIdle    time.Duration // 0: no probes
+}
+
+// gossipConfig is the node section's gossip settings, resolved.
+type gossipConfig struct {
+	bindAddr string
+	bindPort int
+	seeds    []string
+	key      []byte // secret; 32 bytes or none
+	label    string
 }
 
 // tenant is a configured tenant with its key hashes decoded.
@@ -44,10 +62,11 @@ const (
 	DefaultMaxBodyBytes = 8 << 20
 )
 
-// resolve validates c and translates it into settings. getenv reads the
-// environment variables that hold secrets. Every problem found is
-// reported, each naming its field.
-func (c *Config) resolve(getenv func(string) string) (*settings, error) {
+// resolve validates c and translates it into settings. getenv and
+// readFile read the environment variables and files that hold secrets.
+// Every problem found is reported, each naming its field; no secret is
+// ever part of a message.
+func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]byte, error)) (*settings, error) {
 	var problems []error
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
@@ -114,9 +133,16 @@ func (c *Config) resolve(getenv func(string) string) (*settings, error) {
 	s.regions = regions
 	if n.Region == "" {
 		bad("node.region", "is required")
-	} else if _, ok := regions.Lookup(n.Region); !ok && len(c.Regions) > 0 {
+	} else if r, ok := regions.Lookup(n.Region); !ok && len(c.Regions) > 0 {
 		bad("node.region", "%q is not one of regions[].name", n.Region)
+	} else {
+		s.jurisdiction = string(r.Jurisdiction)
 	}
+	s.voter, s.rpcAddr, s.advertise = n.Voter, n.RPC, n.Advertise
+	if n.Advertise != "" && net.ParseIP(n.Advertise) == nil {
+		bad("node.advertise", "%q is not an IP address", n.Advertise)
+	}
+	s.gossip = resolveGossip(n, getenv, readFile, bad)
 
 	// providers
 	names := map[string]bool{}
@@ -329,9 +355,79 @@ func (c *Config) resolve(getenv func(string) string) (*settings, error) {
 	if s.health.MaxEjection < s.health.BaseEjection {
 		bad("outlier.max_ejection", "must not be shorter than outlier.base_ejection")
 	}
+	s.probeIdle = 30 * time.Second
+	override(&s.probeIdle, c.Probes.Idle)
+	if c.Probes.Disabled {
+		s.probeIdle = 0
+	}
 	s.executor.NodeName = s.name
+	if s.gossip == nil && (len(n.Join) > 0 || n.GossipKeyEnv != "" || n.GossipKeyFile != "" || n.Cluster != "") {
+		bad("node.gossip", "is required with node.join, node.gossip_key_env, node.gossip_key_file or node.cluster")
+	}
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
 	return s, nil
+}
+
+// resolveGossip reads the gossip address, seeds, key and label; nil when
+// node.gossip is not set.
+func resolveGossip(n *NodeSection, getenv func(string) string, readFile func(string) ([]byte, error), bad func(field, format string, args ...any)) *gossipConfig {
+	if n.Gossip == "" {
+		return nil
+	}
+	g := &gossipConfig{seeds: n.Join, label: n.Cluster}
+	host, port, err := net.SplitHostPort(n.Gossip)
+	if err != nil {
+		return nil // reported by the address check
+	}
+	g.bindAddr = host
+	if g.bindAddr == "" {
+		g.bindAddr = "0.0.0.0"
+	}
+	if net.ParseIP(g.bindAddr) == nil {
+		bad("node.gossip", "%q must be an IP address and port", n.Gossip)
+	}
+	if g.bindPort, err = strconv.Atoi(port); err != nil || g.bindPort < 0 || g.bindPort > 65535 {
+		bad("node.gossip", "%q has no valid port", n.Gossip)
+	}
+	if n.Cluster != "" && !nodeNamePattern.MatchString(n.Cluster) {
+		bad("node.cluster", "%q must be 1-64 letters, digits, '.', '_' or '-'", n.Cluster)
+	}
+	var raw, field string
+	switch {
+	case n.GossipKeyEnv != "" && n.GossipKeyFile != "":
+		bad("node.gossip_key_file", "give node.gossip_key_env or node.gossip_key_file, not both")
+		return g
+	case n.GossipKeyEnv != "":
+		field = "node.gossip_key_env"
+		if !envNamePattern.MatchString(n.GossipKeyEnv) {
+			bad(field, "%q is not an environment variable name", n.GossipKeyEnv)
+			return g
+		}
+		if raw = getenv(n.GossipKeyEnv); raw == "" {
+			bad(field, "environment variable %s is empty or unset", n.GossipKeyEnv)
+			return g
+		}
+	case n.GossipKeyFile != "":
+		field = "node.gossip_key_file"
+		b, err := readFile(n.GossipKeyFile)
+		if err != nil {
+			bad(field, "cannot read the key: %v", errors.Unwrap(err))
+			return g
+		}
+		raw = string(b)
+	default:
+		return g
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(raw))
+	switch {
+	case err != nil:
+		bad(field, "the key is not base64 (make one with `llmesh keygen`)")
+	case len(key) != 32:
+		bad(field, "the key must be 32 bytes once decoded, not %d (make one with `llmesh keygen`)", len(key))
+	default:
+		g.key = key
+	}
+	return g
 }

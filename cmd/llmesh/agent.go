@@ -67,7 +67,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			cfg.Node.HTTP = *httpAddr
 		}
 	}
-	n, err := node.New(cfg, node.Options{Logger: logger})
+	n, err := node.New(cfg, node.Options{Logger: logger, Version: version})
 	if err != nil {
 		fmt.Fprintf(stderr, "llmesh agent: invalid configuration:\n%v\n", err)
 		return 1

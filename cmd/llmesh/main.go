@@ -15,7 +15,13 @@ Usage:
   llmesh agent -dev                 one node with built-in emulated providers
   llmesh agent -config FILE         a node configured by FILE
   llmesh emulate -listen ADDR ...   a standalone OpenAI-compatible provider emulator
+  llmesh members                    the mesh's nodes: region, address, state, estimated RTT
+  llmesh providers                  the providers as the node sees them, with every node's reports
+  llmesh join ADDR...               make the node join the mesh through gossip ADDRs
+  llmesh keygen                     a new gossip encryption key
   llmesh version
+
+Operator verbs take -addr http://127.0.0.1:8080, -token (or $LLMESH_ADMIN_TOKEN) and -json.
 
 Run "llmesh COMMAND -h" for a command's flags.
 `
@@ -38,6 +44,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAgent(args[1:], stdout, stderr)
 	case "emulate":
 		return runEmulate(args[1:], stdout, stderr)
+	case "members":
+		return runMembers(args[1:], stdout, stderr)
+	case "providers":
+		return runProviders(args[1:], stdout, stderr)
+	case "join":
+		return runJoin(args[1:], stdout, stderr)
+	case "keygen":
+		return runKeygen(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "llmesh", version)
 		return 0

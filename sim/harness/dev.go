@@ -86,7 +86,7 @@ func StartDev(httpAddr string) (*Dev, error) {
 	}
 	sum := sha256.Sum256([]byte(key))
 	cfg := &node.Config{
-		Node: node.NodeSection{Name: "dev", Region: "eu-west", DataDir: d.dataDir, HTTP: httpAddr},
+		Node: node.NodeSection{Name: "dev", Region: "eu-west", DataDir: d.dataDir, HTTP: httpAddr, Gossip: "127.0.0.1:0"},
 		Regions: []node.RegionSection{
 			{Name: "eu-west", Jurisdiction: "eu"},
 			{Name: "us-east", Jurisdiction: "us"},

@@ -1,0 +1,175 @@
+package node
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+var (
+	errAdminToken = errors.New("this admin endpoint needs the admin token: send Authorization: Bearer TOKEN")
+	errNoGossip   = errors.New("this node does not gossip: set node.gossip")
+)
+
+// admin guards an operator endpoint with the admin token when one is
+// configured, compared in constant time.
+func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if want := n.s.adminToken.Reveal(); want != "" {
+			got := bearer(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+				writeError(w, errAdminToken)
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// MemberInfo is one row of GET /v1/mesh/members.
+type MemberInfo struct {
+	Name         string  `json:"name"`
+	Region       string  `json:"region"`
+	Jurisdiction string  `json:"jurisdiction"`
+	Address      string  `json:"address"`
+	HTTP         string  `json:"http"`
+	RPC          string  `json:"rpc,omitempty"`
+	State        string  `json:"state"`
+	Voter        bool    `json:"voter"`
+	RTTMillis    float64 `json:"rtt_ms"` // -1 when not known yet
+	Build        string  `json:"build,omitempty"`
+	Self         bool    `json:"self,omitempty"`
+}
+
+func (n *Node) members(w http.ResponseWriter, r *http.Request) {
+	if n.mesh == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"members": []MemberInfo{{
+			Name: n.s.name, Region: n.s.region, Jurisdiction: n.s.jurisdiction, HTTP: n.HTTPAddr(),
+			State: "alive", Voter: n.s.voter, RTTMillis: 0, Self: true,
+		}}})
+		return
+	}
+	out := []MemberInfo{}
+	for _, m := range n.mesh.Members() {
+		rtt := -1.0
+		if m.Self {
+			rtt = 0
+		} else if m.RTTKnown {
+			rtt = float64(m.RTT.Microseconds()) / 1000
+		}
+		out = append(out, MemberInfo{
+			Name: m.Name, Region: m.Meta.Region, Jurisdiction: m.Meta.Jurisdiction, Address: m.Addr,
+			HTTP: m.Meta.HTTP, RPC: m.Meta.RPC, State: m.State, Voter: m.Meta.Voter, RTTMillis: rtt,
+			Build: m.Meta.Build, Self: m.Self,
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"members": out})
+}
+
+// ProviderInfo is one provider in GET /v1/mesh/providers: this node's
+// merged view, and each node's report.
+type ProviderInfo struct {
+	Name          string           `json:"name"`
+	Kind          string           `json:"kind"`
+	Region        string           `json:"region"`
+	Reach         string           `json:"reach"`
+	Jurisdictions string           `json:"jurisdictions"`
+	Models        []string         `json:"models"`
+	View          ProviderView     `json:"view"`
+	Observers     []ObserverReport `json:"observers"`
+}
+
+// ProviderView is what this node's planner sees of a provider.
+type ProviderView struct {
+	Ejected        bool    `json:"ejected"`
+	Degraded       bool    `json:"degraded"`
+	CoolingSeconds float64 `json:"cooling_s"`
+	TTFTMillis     float64 `json:"ttft_ms"`
+	LatencyMillis  float64 `json:"latency_ms"`
+	ErrorRate      float64 `json:"error_rate"`
+}
+
+// ObserverReport is one node's observation of a provider.
+type ObserverReport struct {
+	Observer          string  `json:"observer"`
+	AgeSeconds        float64 `json:"age_s"`
+	TTFTMillis        float64 `json:"ttft_ms"`
+	LatencyMillis     float64 `json:"latency_ms"`
+	ErrorRate         float64 `json:"error_rate"`
+	Ejected           bool    `json:"ejected"`
+	CoolingSeconds    float64 `json:"cooling_s"`
+	IdleSeconds       float64 `json:"idle_s"`
+	RemainingRequests int64   `json:"remaining_requests"`
+	RemainingTokens   int64   `json:"remaining_tokens"`
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
+	now := n.now()
+	reports := map[string][]ObserverReport{}
+	if n.mesh != nil {
+		for _, rep := range n.mesh.Reports() {
+			reports[rep.Provider] = append(reports[rep.Provider], ObserverReport{
+				Observer: rep.Observer, AgeSeconds: rep.Age.Seconds(), TTFTMillis: ms(rep.TTFT), LatencyMillis: ms(rep.Latency),
+				ErrorRate: rep.ErrorRate, Ejected: rep.Ejected, CoolingSeconds: rep.CoolingFor.Seconds(),
+				IdleSeconds: rep.IdleFor.Seconds(), RemainingRequests: rep.RemainingReq, RemainingTokens: rep.RemainingTok,
+			})
+		}
+	}
+	out := []ProviderInfo{}
+	for _, p := range n.catalog.Providers() {
+		h := n.planner.Health.Health(p.Name, now)
+		info := ProviderInfo{
+			Name: p.Name, Kind: string(p.Kind), Region: p.Region, Reach: string(p.Reach), Jurisdictions: p.Jurisdictions.String(),
+			View:      ProviderView{Ejected: h.Ejected, Degraded: h.Degraded, TTFTMillis: ms(h.TTFT), LatencyMillis: ms(h.Latency), ErrorRate: h.ErrorRate},
+			Observers: reports[p.Name],
+		}
+		if h.CoolingUntil.After(now) {
+			info.View.CoolingSeconds = h.CoolingUntil.Sub(now).Seconds()
+		}
+		for _, m := range p.Models {
+			info.Models = append(info.Models, m.Name)
+		}
+		if info.Observers == nil {
+			info.Observers = []ObserverReport{}
+		}
+		out = append(out, info)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.name, "providers": out})
+}
+
+// join serves POST /v1/mesh/join {"addrs": ["host:port", ...]}.
+func (n *Node) join(w http.ResponseWriter, r *http.Request) {
+	if n.mesh == nil {
+		writeError(w, errNoGossip)
+		return
+	}
+	var req struct {
+		Addrs []string `json:"addrs"`
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil || json.Unmarshal(body, &req) != nil || len(req.Addrs) == 0 {
+		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"addrs": ["host:port", ...]}`})
+		return
+	}
+	for i, a := range req.Addrs {
+		req.Addrs[i] = strings.TrimSpace(a)
+	}
+	joined, err := n.mesh.Join(req.Addrs)
+	if joined == 0 {
+		msg := "no address answered"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeJSON(w, http.StatusBadGateway, map[string]any{"error": apiError{Message: msg, Type: "server_error", Code: "join_failed"}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"joined": joined, "members": len(n.mesh.Members())})
+}
