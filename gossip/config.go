@@ -54,6 +54,16 @@ type Config struct {
 	MaxQueued int
 	// JoinBackoff and JoinBackoffMax pace retries of the seeds.
 	JoinBackoff, JoinBackoffMax time.Duration
+	// ReconnectInterval is how often a failed member is tried again, so
+	// that a partition heals by itself once the network does;
+	// ReconnectTimeout is how long a failed member is tried before it is
+	// given up. Members that left are not tried.
+	ReconnectInterval, ReconnectTimeout time.Duration
+	// KnownProvider says which providers peers may report on; nil
+	// accepts any name. Reports on others are dropped.
+	KnownProvider func(name string) bool
+	// MaxHold caps an ejection or a cooldown a peer reports.
+	MaxHold time.Duration
 	// LeaveTimeout bounds how long a graceful leave waits to be heard.
 	LeaveTimeout time.Duration
 	// Logger receives memberlist's and this package's logs.
@@ -65,17 +75,20 @@ type Config struct {
 // DefaultConfig returns LAN settings for name.
 func DefaultConfig(name string) Config {
 	return Config{
-		Name:            name,
-		BindAddr:        "0.0.0.0",
-		BindPort:        7946,
-		ObservationTTL:  30 * time.Second,
-		PublishInterval: 500 * time.Millisecond,
-		SummaryInterval: 100 * time.Millisecond,
-		RecentOK:        10 * time.Second,
-		MaxQueued:       4096,
-		JoinBackoff:     500 * time.Millisecond,
-		JoinBackoffMax:  30 * time.Second,
-		LeaveTimeout:    5 * time.Second,
+		Name:              name,
+		BindAddr:          "0.0.0.0",
+		BindPort:          7946,
+		ObservationTTL:    30 * time.Second,
+		PublishInterval:   500 * time.Millisecond,
+		SummaryInterval:   100 * time.Millisecond,
+		RecentOK:          10 * time.Second,
+		MaxQueued:         4096,
+		JoinBackoff:       500 * time.Millisecond,
+		JoinBackoffMax:    30 * time.Second,
+		ReconnectInterval: 10 * time.Second,
+		ReconnectTimeout:  24 * time.Hour,
+		MaxHold:           15 * time.Minute,
+		LeaveTimeout:      5 * time.Second,
 	}
 }
 
@@ -92,6 +105,8 @@ func (c *Config) Validate() error {
 		return errors.New("gossip: observation TTL, publish and summary intervals must be positive")
 	case c.MaxQueued <= 0:
 		return errors.New("gossip: MaxQueued must be positive")
+	case c.ReconnectInterval <= 0 || c.MaxHold <= 0:
+		return errors.New("gossip: ReconnectInterval and MaxHold must be positive")
 	}
 	if _, err := c.Meta.Encode(); err != nil {
 		return err

@@ -63,10 +63,12 @@ func (e events) NotifyUpdate(n *memberlist.Node) { e.m.updatedNode(n) }
 
 // broadcast is one queued message. Named by what it reports, a newer one
 // replaces an older one still queued: the queue holds at most one message
-// per (observer, provider) and per observer's load.
+// per (observer, provider) and per observer's load. Its bytes are rendered
+// at each transmission (durations are fixed-width, so the length the
+// queue indexes it by does not change).
 type broadcast struct {
-	name string
-	msg  []byte
+	name   string
+	render func(*encoder)
 }
 
 var _ memberlist.NamedBroadcast = (*broadcast)(nil)
@@ -75,6 +77,10 @@ func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
 	o, ok := other.(*broadcast)
 	return ok && o.name == b.name
 }
-func (b *broadcast) Name() string    { return b.name }
-func (b *broadcast) Message() []byte { return b.msg }
-func (b *broadcast) Finished()       {}
+func (b *broadcast) Name() string { return b.name }
+func (b *broadcast) Message() []byte {
+	var e encoder
+	b.render(&e)
+	return e.b
+}
+func (b *broadcast) Finished() {}

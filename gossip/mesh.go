@@ -44,10 +44,11 @@ type Mesh struct {
 	meta      atomic.Pointer[Meta]
 	metaBytes atomic.Pointer[[]byte]
 
-	ml     *memberlist.Memberlist
-	tr     *transport
-	addr   string // advertised gossip address, set by Start
-	joined atomic.Bool
+	ml       *memberlist.Memberlist
+	tr       *transport
+	addr     string // advertised gossip address, set by Start
+	joined   atomic.Bool
+	nMembers atomic.Int64 // alive members, self included, kept by the events
 
 	// membersMu guards the member table, kept by memberlist's event
 	// callbacks: memberlist's own Node values change under its lock after
@@ -85,12 +86,17 @@ func New(cfg Config, tracker Tracker, load func() (inFlight, queue int)) (*Mesh,
 		return nil, err
 	}
 	m := &Mesh{
-		cfg:      cfg,
-		tracker:  tracker,
-		load:     load,
-		now:      time.Now,
-		log:      cfg.Logger,
-		st:       newStore(),
+		cfg:     cfg,
+		tracker: tracker,
+		load:    load,
+		now:     time.Now,
+		log:     cfg.Logger,
+		st: newStore(storeLimits{
+			maxTTL:         2 * cfg.ObservationTTL,
+			maxHold:        cfg.MaxHold,
+			maxPerObserver: 4096,
+			known:          cfg.KnownProvider,
+		}),
 		view:     newView(tracker, cfg.RecentOK),
 		coords:   c,
 		members:  map[string]Member{},
@@ -99,7 +105,7 @@ func New(cfg Config, tracker Tracker, load func() (inFlight, queue int)) (*Mesh,
 		nudge:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
-	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: m.numMembers, RetransmitMult: 4}
+	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: m.numMembers}
 	if err := m.setMeta(cfg.Meta); err != nil {
 		return nil, err
 	}
@@ -111,12 +117,10 @@ func New(cfg Config, tracker Tracker, load func() (inFlight, queue int)) (*Mesh,
 	return m, nil
 }
 
-func (m *Mesh) numMembers() int {
-	if m.ml == nil {
-		return 1
-	}
-	return m.ml.NumMembers()
-}
+// numMembers is the queue's idea of the mesh size, read on every gossip
+// round: an atomic kept by the event callbacks, not a scan of memberlist's
+// nodes under its lock.
+func (m *Mesh) numMembers() int { return max(int(m.nMembers.Load()), 1) }
 
 // View returns the merged health view the planner reads.
 func (m *Mesh) View() *View { return m.view }
@@ -157,6 +161,8 @@ func (m *Mesh) Start(ctx context.Context) error {
 	mc.DeadNodeReclaimTime = 30 * time.Second
 	mc.Logger = nil
 	mc.LogOutput = logWriter{m.log}
+	// Set before Create: memberlist's goroutines read the queue at once.
+	m.queue.RetransmitMult = mc.RetransmitMult
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		_ = tr.Shutdown()
@@ -165,14 +171,17 @@ func (m *Mesh) Start(ctx context.Context) error {
 	m.ml = ml
 	self := ml.LocalNode()
 	m.addr = net.JoinHostPort(self.Addr.String(), strconv.Itoa(int(self.Port)))
-	m.queue.RetransmitMult = mc.RetransmitMult
 	if len(m.cfg.Seeds) == 0 {
 		m.joined.Store(true)
 	} else {
 		m.wg.Go(m.joinLoop)
 	}
+	m.wg.Go(m.reconnectLoop)
 	m.wg.Go(m.publishLoop)
 	m.wg.Go(m.summaryLoop)
+	if len(m.cfg.SecretKey) == 0 && !net.ParseIP(self.Addr.String()).IsLoopback() {
+		m.log.Warn("gossip is not encrypted: set node.gossip_key_env or node.gossip_key_file")
+	}
 	m.log.Info("gossip started", "addr", m.Addr(), "seeds", len(m.cfg.Seeds), "encrypted", len(m.cfg.SecretKey) > 0)
 	return nil
 }
@@ -239,6 +248,39 @@ func (m *Mesh) joinLoop() {
 	}
 }
 
+// reconnectLoop tries a failed member again every ReconnectInterval, as
+// serf does: memberlist itself stops talking to the dead after a while, so
+// without it two sides of a healed partition would stay apart.
+func (m *Mesh) reconnectLoop() {
+	t := time.NewTicker(m.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.now()
+		var failed []string
+		m.membersMu.Lock()
+		for name, d := range m.departed {
+			if d.node.State == "failed" && now.Sub(d.since) < m.cfg.ReconnectTimeout {
+				failed = append(failed, d.node.Addr)
+			} else if now.Sub(d.since) >= m.cfg.ReconnectTimeout {
+				delete(m.departed, name)
+			}
+		}
+		m.membersMu.Unlock()
+		if len(failed) == 0 {
+			continue
+		}
+		addr := failed[rand.IntN(len(failed))]
+		if n, _ := m.ml.Join([]string{addr}); n > 0 {
+			m.log.Info("reconnected to a failed member", "addr", addr)
+		}
+	}
+}
+
 // SetMeta replaces this node's metadata and tells the mesh. Metadata that
 // does not fit in MetaLimit bytes is refused with ErrMetaTooLarge and the
 // old metadata stays.
@@ -289,15 +331,17 @@ func (m *Mesh) Leave() error {
 	var e encoder
 	e.byte1(msgLeaving)
 	e.str(m.cfg.Name)
-	deadline := time.Now().Add(m.cfg.LeaveTimeout / 2)
+	var sends sync.WaitGroup
 	for _, mem := range m.Members() {
 		host, port, err := net.SplitHostPort(mem.Addr)
 		p, _ := strconv.Atoi(port)
-		if mem.Self || mem.State == "failed" || mem.State == "left" || err != nil || time.Now().After(deadline) {
+		if mem.Self || mem.State == "failed" || mem.State == "left" || err != nil {
 			continue
 		}
-		_ = m.ml.SendReliable(&memberlist.Node{Name: mem.Name, Addr: net.ParseIP(host), Port: uint16(p)}, e.b)
+		to := &memberlist.Node{Name: mem.Name, Addr: net.ParseIP(host), Port: uint16(p)}
+		sends.Go(func() { _ = m.ml.SendReliable(to, e.b) }) // each bounded by memberlist's TCP timeout
 	}
+	sends.Wait()
 	return m.ml.Leave(m.cfg.LeaveTimeout)
 }
 
@@ -308,10 +352,12 @@ func (m *Mesh) Shutdown() error {
 	var err error
 	m.shutdownOnce.Do(func() {
 		close(m.stop)
-		m.wg.Wait()
+		// memberlist first, so that a join under way fails fast rather
+		// than hold the loops for its TCP timeout.
 		if m.ml != nil {
 			err = m.ml.Shutdown()
 		}
+		m.wg.Wait()
 	})
 	return err
 }
@@ -334,6 +380,9 @@ func (m *Mesh) joinedNode(n *memberlist.Node) {
 	m.st.join(n.Name)
 	mem := m.member(n)
 	m.membersMu.Lock()
+	if _, known := m.members[n.Name]; !known {
+		m.nMembers.Add(1)
+	}
 	m.members[n.Name] = mem
 	delete(m.departed, n.Name)
 	delete(m.leaving, n.Name)
@@ -349,16 +398,19 @@ func (m *Mesh) updatedNode(n *memberlist.Node) {
 
 func (m *Mesh) leftNode(n *memberlist.Node) {
 	now := m.now()
-	m.st.leave(n.Name, now)
+	m.st.leave(n.Name)
 	m.coords.forget(n.Name)
 	m.dirty.Store(true)
 	mem := m.member(n)
 	m.membersMu.Lock()
 	mem.State = "failed"
-	if _, said := m.leaving[n.Name]; said || mem.Meta.State == StateLeaving {
+	if said, ok := m.leaving[n.Name]; (ok && now.Sub(said) < leavingValid) || mem.Meta.State == StateLeaving {
 		mem.State = "left"
 	}
 	delete(m.leaving, n.Name)
+	if _, known := m.members[n.Name]; known {
+		m.nMembers.Add(-1)
+	}
 	delete(m.members, n.Name)
 	m.departed[n.Name] = departure{node: mem, since: now}
 	for name, d := range m.departed { // bounded: forget the long gone
@@ -369,6 +421,10 @@ func (m *Mesh) leftNode(n *memberlist.Node) {
 	m.membersMu.Unlock()
 	m.log.Info("member gone", "member", n.Name, "state", mem.State)
 }
+
+// leavingValid is how long a member's word that it is leaving explains its
+// departure: one that said so and then failed later did not leave.
+const leavingValid = 30 * time.Second
 
 // recvMsg merges a gossiped message or a push/pull state. New reports
 // from gossip are passed on, so they spread epidemically; push/pull state
@@ -381,12 +437,12 @@ func (m *Mesh) recvMsg(b []byte, relay bool) {
 		if o, err := decodeObservation(&d); err == nil && m.st.mergeObservation(o, now) {
 			m.dirty.Store(true)
 			if relay {
-				m.queueObservation(o)
+				m.queueObservation(m.st.record(o.Observer, o.Provider))
 			}
 		}
 	case msgLoad:
 		if l, err := decodeLoad(&d); err == nil && m.st.mergeLoad(l, now) && relay {
-			m.queueLoad(l)
+			m.queueLoad(m.st.loadRecordOf(l.Observer))
 		}
 	case msgLeaving:
 		if name := d.str(); d.err == nil && name != "" {
@@ -409,16 +465,29 @@ func (m *Mesh) recvMsg(b []byte, relay bool) {
 	}
 }
 
-func (m *Mesh) queueObservation(o Observation) {
-	var e encoder
-	o.encode(&e)
-	m.queue.QueueBroadcast(&broadcast{name: "o\x00" + o.Observer + "\x00" + o.Provider, msg: e.b})
+// queueObservation queues r for gossip. Each transmission encodes it
+// afresh from its deadlines (see broadcast), so relays never stretch a
+// time to live or a cooldown by the time they spent queued.
+func (m *Mesh) queueObservation(r *obsRecord) {
+	if r == nil {
+		return
+	}
+	rec := *r
+	m.queue.QueueBroadcast(&broadcast{name: "o\x00" + rec.Observer + "\x00" + rec.Provider, render: func(e *encoder) {
+		o := rec.current(m.now())
+		o.encode(e)
+	}})
 }
 
-func (m *Mesh) queueLoad(l Load) {
-	var e encoder
-	l.encode(&e)
-	m.queue.QueueBroadcast(&broadcast{name: "l\x00" + l.Observer, msg: e.b})
+func (m *Mesh) queueLoad(l *loadRecord) {
+	if l == nil {
+		return
+	}
+	rec := *l
+	m.queue.QueueBroadcast(&broadcast{name: "l\x00" + rec.Observer, render: func(e *encoder) {
+		c := rec.current(m.now())
+		c.encode(e)
+	}})
 }
 
 // encodeState is the push/pull state: every fresh report, as it stands.
@@ -484,8 +553,11 @@ func (m *Mesh) publishLoop() {
 		now := m.now()
 		refresh := m.cfg.ObservationTTL / 3
 		for _, ps := range m.tracker.Snapshot(now) {
-			if ps.LastAttempt.IsZero() {
-				continue // never called: nothing to say
+			held := now.Before(ps.EjectedUntil) || now.Before(ps.Health.CoolingUntil)
+			if ps.LastAttempt.IsZero() || (now.Sub(ps.LastAttempt) > m.cfg.ObservationTTL && !held) {
+				// Never called, or not for a while: nothing current to
+				// say; what was said expires.
+				continue
 			}
 			o := observationOf(m.cfg.Name, ps, now, m.cfg.ObservationTTL)
 			prev, ok := last[ps.Provider]
@@ -493,8 +565,9 @@ func (m *Mesh) publishLoop() {
 				continue
 			}
 			o.Version = next(now)
-			m.st.mergeObservation(o, now)
-			m.queueObservation(o)
+			if m.st.mergeObservation(o, now) {
+				m.queueObservation(m.st.record(o.Observer, o.Provider))
+			}
 			last[ps.Provider] = published{obs: o, at: now}
 			m.dirty.Store(true)
 		}
@@ -502,8 +575,9 @@ func (m *Mesh) publishLoop() {
 			in, q := m.load()
 			if now.Sub(lastLoad.at) >= refresh || loadChanged(lastLoad.inFlight, in) {
 				l := Load{Observer: m.cfg.Name, Version: next(now), TTL: m.cfg.ObservationTTL, InFlight: in, Queue: q}
-				m.st.mergeLoad(l, now)
-				m.queueLoad(l)
+				if m.st.mergeLoad(l, now) {
+					m.queueLoad(m.st.loadRecordOf(l.Observer))
+				}
 				lastLoad.inFlight, lastLoad.at = in, now
 			}
 		}
@@ -575,7 +649,7 @@ func (m *Mesh) summaryLoop() {
 		full := now.Sub(lastFull) >= time.Second
 		if full {
 			lastFull = now
-			if m.st.expire(now, time.Hour) > 0 {
+			if m.st.expire(now) > 0 {
 				m.dirty.Store(true)
 			}
 			// (Prune panics on a queue that never held anything.)
@@ -584,7 +658,7 @@ func (m *Mesh) summaryLoop() {
 			}
 		}
 		if m.dirty.Swap(false) || full {
-			m.view.update(m.st.summarize(m.cfg.Name, now))
+			m.view.update(m.st.summarize(m.cfg.Name, now, m.cfg.ObservationTTL))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmesh/llmesh/route"
 )
@@ -49,6 +51,7 @@ func testCluster(t testing.TB, n int, edit func(i int, c *Config)) []*testNode {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		c.PublishInterval = 50 * time.Millisecond
 		c.SummaryInterval = 20 * time.Millisecond
+		c.ReconnectInterval = 200 * time.Millisecond
 		if i > 0 {
 			c.Seeds = []string{nodes[0].mesh.Addr()}
 		}
@@ -234,13 +237,11 @@ func TestPartitionHeals(t *testing.T) {
 	})
 	// While cut off, n04 learns of a failing provider; n00 cannot know.
 	failing(nodes[4].tracker, "p")
+	// Long enough for memberlist to stop gossiping to the dead, so only
+	// the reconnect loop can bring the sides back together.
+	time.Sleep(fastTimings().GossipToTheDeadTime + 500*time.Millisecond) // the fault lasts this long; nothing is awaited
 	for _, n := range nodes {
 		n.mesh.Partition(nil)
-	}
-	// Healing needs a join across the cut (as a node's seeds give it);
-	// memberlist's push/pull then merges the two views.
-	if _, err := nodes[4].mesh.Join([]string{nodes[0].mesh.Addr()}); err != nil {
-		t.Fatal(err)
 	}
 	took := eventually(t, 30*time.Second, "the views to converge", func() bool {
 		for _, n := range nodes {
@@ -367,8 +368,10 @@ func TestEncryptionAndLabel(t *testing.T) {
 			t.Fatalf("%s: the mesh took it in", bad.name)
 		}
 	}
-	if strings.Contains(logs.String(), string(key)) {
-		t.Fatal("the gossip key appears in the logs")
+	for _, form := range []string{string(key), base64.StdEncoding.EncodeToString(key), fmt.Sprintf("%x", key), fmt.Sprint(key)} {
+		if strings.Contains(logs.String(), form) {
+			t.Fatalf("the gossip key appears in the logs as %q", form)
+		}
 	}
 	c := DefaultConfig("short-key")
 	c.SecretKey = []byte("short")
@@ -392,4 +395,49 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The gossip metrics say how many members are in which state, how deep
+// the broadcast queue is, how many bytes gossip costs and how old the
+// freshest reports are.
+func TestGossipMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	nodes := testCluster(t, 3, func(i int, c *Config) {
+		if i == 0 {
+			c.Registerer = reg
+		}
+	})
+	eventually(t, 10*time.Second, "three alive", allSee(nodes, "n02", "alive"))
+	failing(nodes[1].tracker, "p")
+	eventually(t, 5*time.Second, "n01's report at n00", func() bool { return hasReport(nodes[0].mesh, "n01", "p") })
+	_ = nodes[2].mesh.Shutdown()
+	eventually(t, 20*time.Second, "n02 failed", allSee(nodes[:2], "n02", "failed"))
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for name, check := range map[string]func(float64) bool{
+		"llmesh_gossip_members/alive":               func(v float64) bool { return v == 2 },
+		"llmesh_gossip_members/failed":              func(v float64) bool { return v == 1 },
+		"llmesh_gossip_bytes_total/sent":            func(v float64) bool { return v > 0 },
+		"llmesh_gossip_bytes_total/received":        func(v float64) bool { return v > 0 },
+		"llmesh_gossip_observations":                func(v float64) bool { return v >= 1 },
+		"llmesh_gossip_observation_age_max_seconds": func(v float64) bool { return v >= 0 && v < 30 },
+		"llmesh_gossip_broadcast_queue_depth":       func(v float64) bool { return v >= 0 },
+		"llmesh_gossip_joined":                      func(v float64) bool { return v == 1 },
+	} {
+		if v, ok := got[name]; !ok || !check(v) {
+			t.Errorf("%s = %v (present %v)", name, v, ok)
+		}
+	}
 }

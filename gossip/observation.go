@@ -7,11 +7,12 @@ import (
 )
 
 // Observation is what one node has seen of one provider. Durations are
-// relative to the moment it was sent, not absolute times: nodes' clocks
+// relative to the moment it is sent, not absolute times: nodes' clocks
 // disagree, and a receiver turns each into a deadline on its own clock.
-// Relaying delays it by at most the gossip retransmit window, which makes
-// cooldowns and ejections seen elsewhere last a little longer, never
-// shorter.
+// Every transmission, the first or a relay, re-encodes them from those
+// deadlines, so time spent queued or relayed is never added back; only
+// network delay is, which makes a cooldown seen elsewhere end a little
+// later, never earlier.
 type Observation struct {
 	Observer string
 	Provider string
@@ -58,7 +59,12 @@ const (
 )
 
 func ms(d time.Duration) uint64 { return uint64(max(d, 0) / time.Millisecond) }
-func us(d time.Duration) uint64 { return uint64(max(d, 0) / time.Microsecond) }
+
+// ms32 renders a duration in fixed-width milliseconds (up to 49 days), so
+// that a message re-encoded later keeps its length, as memberlist's
+// broadcast queue requires.
+func ms32(d time.Duration) uint32 { return uint32(min(ms(d), math.MaxUint32)) }
+func us(d time.Duration) uint64   { return uint64(max(d, 0) / time.Microsecond) }
 
 func fromMS(v uint64) time.Duration {
 	return time.Duration(min(v, math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond
@@ -73,14 +79,14 @@ func (o *Observation) encode(e *encoder) {
 	e.str(o.Observer)
 	e.str(o.Provider)
 	e.uvarint(o.Version)
-	e.uvarint(ms(o.TTL))
+	e.u32(ms32(o.TTL))
 	e.uvarint(us(o.TTFT))
 	e.uvarint(us(o.Latency))
 	e.uvarint(uint64(math.Round(math.Max(0, math.Min(1, o.ErrorRate)) * 1e4)))
 	e.boolean(o.Ejected)
-	e.uvarint(ms(o.EjectedFor))
-	e.uvarint(ms(o.CoolingFor))
-	e.uvarint(ms(o.IdleFor))
+	e.u32(ms32(o.EjectedFor))
+	e.u32(ms32(o.CoolingFor))
+	e.u32(ms32(o.IdleFor))
 	e.varint(o.RemainingRequests)
 	e.varint(o.RemainingTokens)
 }
@@ -93,14 +99,14 @@ func decodeObservation(d *decoder) (Observation, error) {
 		Observer:          d.str(),
 		Provider:          d.str(),
 		Version:           d.uvarint(),
-		TTL:               fromMS(d.uvarint()),
+		TTL:               fromMS(uint64(d.u32())),
 		TTFT:              fromUS(d.uvarint()),
 		Latency:           fromUS(d.uvarint()),
 		ErrorRate:         float64(min(d.uvarint(), 1e4)) / 1e4,
 		Ejected:           d.boolean(),
-		EjectedFor:        fromMS(d.uvarint()),
-		CoolingFor:        fromMS(d.uvarint()),
-		IdleFor:           fromMS(d.uvarint()),
+		EjectedFor:        fromMS(uint64(d.u32())),
+		CoolingFor:        fromMS(uint64(d.u32())),
+		IdleFor:           fromMS(uint64(d.u32())),
 		RemainingRequests: d.varint(),
 		RemainingTokens:   d.varint(),
 	}
@@ -115,7 +121,7 @@ func (l *Load) encode(e *encoder) {
 	e.byte1(loadVersion)
 	e.str(l.Observer)
 	e.uvarint(l.Version)
-	e.uvarint(ms(l.TTL))
+	e.u32(ms32(l.TTL))
 	e.uvarint(uint64(max(l.InFlight, 0)))
 	e.uvarint(uint64(max(l.Queue, 0)))
 }
@@ -127,7 +133,7 @@ func decodeLoad(d *decoder) (Load, error) {
 	l := Load{
 		Observer: d.str(),
 		Version:  d.uvarint(),
-		TTL:      fromMS(d.uvarint()),
+		TTL:      fromMS(uint64(d.u32())),
 		InFlight: int(min(d.uvarint(), math.MaxInt32)),
 		Queue:    int(min(d.uvarint(), math.MaxInt32)),
 	}

@@ -55,7 +55,7 @@ func BenchmarkBroadcast(b *testing.B) {
 				o := Observation{Observer: from.cfg.Name, Provider: "p", Version: version, TTL: time.Minute, TTFT: time.Duration(version % 1000)}
 				start := time.Now()
 				from.mesh.st.mergeObservation(o, start)
-				from.mesh.queueObservation(o)
+				from.mesh.queueObservation(from.mesh.st.record(o.Observer, o.Provider))
 				for _, nd := range nodes {
 					for !has(nd.mesh, o) {
 						if time.Since(start) > 30*time.Second {
@@ -124,7 +124,7 @@ func BenchmarkQueueUnderChurn(b *testing.B) {
 				o := Observation{Observer: nd.cfg.Name, Provider: fmt.Sprintf("p%d", r.IntN(providers)), Version: version,
 					TTL: 30 * time.Second, TTFT: time.Duration(r.IntN(1000)) * time.Millisecond}
 				nd.mesh.st.mergeObservation(o, time.Now())
-				nd.mesh.queueObservation(o)
+				nd.mesh.queueObservation(nd.mesh.st.record(o.Observer, o.Provider))
 			}
 			for _, nd := range nodes {
 				d := nd.mesh.QueueDepth()

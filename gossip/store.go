@@ -9,14 +9,28 @@ import (
 // store holds the freshest observation of each (observer, provider) and
 // the freshest load report of each node, with deadlines turned into this
 // node's clock on arrival.
+//
+// What a peer can make it hold is bounded: reports come only from current
+// members, about known providers, a bounded number per observer, with
+// their times to live, ejections and cooldowns clamped and their versions
+// (nanosecond timestamps) no further ahead of this node's clock than an
+// hour. A forged report can therefore mislead for at most its clamped time
+// to live; gossip encryption keeps forgers out altogether.
 type store struct {
+	limits  storeLimits
 	mu      sync.RWMutex
 	obs     map[obsKey]*obsRecord
 	loads   map[string]*loadRecord
 	members map[string]bool // observers currently alive in the membership
-	// floor is the highest version seen of a node before it left: a
-	// relayed report of its previous life must not come back.
-	floor map[string]floorMark
+	count   map[string]int  // observations held per observer
+}
+
+// storeLimits bound what the store accepts.
+type storeLimits struct {
+	maxTTL         time.Duration     // a report's time to live
+	maxHold        time.Duration     // an ejection or cooldown it carries
+	maxPerObserver int               // observations held per observer
+	known          func(string) bool // providers reports may be about; nil: any
 }
 
 type obsKey struct{ observer, provider string }
@@ -36,40 +50,48 @@ type loadRecord struct {
 	Received, Expires time.Time
 }
 
-type floorMark struct {
-	version uint64
-	at      time.Time
-}
-
-func newStore() *store {
+func newStore(l storeLimits) *store {
 	return &store{
+		limits:  l,
 		obs:     map[obsKey]*obsRecord{},
 		loads:   map[string]*loadRecord{},
 		members: map[string]bool{},
-		floor:   map[string]floorMark{},
+		count:   map[string]int{},
 	}
 }
 
+// versionAhead is how far ahead of this node's clock a version may be.
+const versionAhead = time.Hour
+
 // accepts reports whether a report of version from observer may be kept.
-func (s *store) accepts(observer string, version uint64) bool {
-	if !s.members[observer] {
-		return false
-	}
-	f, ok := s.floor[observer]
-	return !ok || version > f.version
+func (s *store) accepts(observer string, version uint64, now time.Time) bool {
+	return s.members[observer] && version <= uint64(now.Add(versionAhead).UnixNano())
 }
 
 // mergeObservation keeps o if it is newer than what is held, and reports
 // whether it was new (and so worth passing on).
 func (s *store) mergeObservation(o Observation, now time.Time) bool {
+	if s.limits.known != nil && !s.limits.known(o.Provider) {
+		return false
+	}
+	o.TTL = min(o.TTL, s.limits.maxTTL)
+	o.EjectedFor = min(o.EjectedFor, s.limits.maxHold)
+	o.CoolingFor = min(o.CoolingFor, s.limits.maxHold)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.accepts(o.Observer, o.Version) {
+	if !s.accepts(o.Observer, o.Version, now) {
 		return false
 	}
 	k := obsKey{o.Observer, o.Provider}
-	if cur := s.obs[k]; cur != nil && cur.Version >= o.Version {
+	cur := s.obs[k]
+	if cur != nil && cur.Version >= o.Version {
 		return false
+	}
+	if cur == nil {
+		if s.count[o.Observer] >= s.limits.maxPerObserver {
+			return false
+		}
+		s.count[o.Observer]++
 	}
 	r := &obsRecord{Observation: o, Received: now, Expires: now.Add(o.TTL), LastAttempt: now.Add(-o.IdleFor)}
 	if o.Ejected {
@@ -84,9 +106,10 @@ func (s *store) mergeObservation(o Observation, now time.Time) bool {
 
 // mergeLoad keeps l if it is newer than what is held.
 func (s *store) mergeLoad(l Load, now time.Time) bool {
+	l.TTL = min(l.TTL, s.limits.maxTTL)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.accepts(l.Observer, l.Version) {
+	if !s.accepts(l.Observer, l.Version, now) {
 		return false
 	}
 	if cur := s.loads[l.Observer]; cur != nil && cur.Version >= l.Version {
@@ -104,33 +127,32 @@ func (s *store) join(name string) {
 }
 
 // leave drops everything name reported and refuses its reports until it
-// joins again; reports of its previous life stay refused even then.
-func (s *store) leave(name string, now time.Time) {
+// joins again. (A restarted node's reports carry newer versions, its
+// versions being timestamps, so a relay of its previous life that arrives
+// after it rejoined is superseded by its first publication.)
+func (s *store) leave(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.members, name)
-	top := s.floor[name].version
-	for k, r := range s.obs {
+	for k := range s.obs {
 		if k.observer == name {
-			top = max(top, r.Version)
 			delete(s.obs, k)
 		}
 	}
-	if l := s.loads[name]; l != nil {
-		top = max(top, l.Version)
-		delete(s.loads, name)
-	}
-	s.floor[name] = floorMark{version: top, at: now}
+	delete(s.count, name)
+	delete(s.loads, name)
 }
 
-// expire drops reports past their time to live, and floors older than
-// keep (a node gone that long is not coming back with old reports).
-func (s *store) expire(now time.Time, keep time.Duration) (dropped int) {
+// expire drops reports past their time to live.
+func (s *store) expire(now time.Time) (dropped int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, r := range s.obs {
 		if !now.Before(r.Expires) {
 			delete(s.obs, k)
+			if s.count[k.observer]--; s.count[k.observer] <= 0 {
+				delete(s.count, k.observer)
+			}
 			dropped++
 		}
 	}
@@ -138,11 +160,6 @@ func (s *store) expire(now time.Time, keep time.Duration) (dropped int) {
 		if !now.Before(l.Expires) {
 			delete(s.loads, k)
 			dropped++
-		}
-	}
-	for k, f := range s.floor {
-		if now.Sub(f.at) > keep {
-			delete(s.floor, k)
 		}
 	}
 	return dropped
@@ -164,8 +181,11 @@ type summary struct {
 const failingErrorRate = 0.5
 
 // summarize reduces the fresh observations of nodes other than self to one
-// summary per provider.
-func (s *store) summarize(self string, now time.Time) map[string]*summary {
+// summary per provider. A peer counts as seeing a provider fail while its
+// ejection lasts, or while its error rate is high and it has called the
+// provider within recent: an error rate is a moving average that only new
+// attempts move, so an old one says nothing of the provider now.
+func (s *store) summarize(self string, now time.Time, recent time.Duration) map[string]*summary {
 	type acc struct {
 		summary
 		ttftN, latN int
@@ -183,7 +203,7 @@ func (s *store) summarize(self string, now time.Time) map[string]*summary {
 			accs[k.provider] = a
 		}
 		a.Observers++
-		if (r.Ejected && now.Before(r.EjectedUntil)) || r.ErrorRate >= failingErrorRate {
+		if (r.Ejected && now.Before(r.EjectedUntil)) || (r.ErrorRate >= failingErrorRate && now.Sub(r.LastAttempt) < recent) {
 			a.Failing++
 		}
 		if r.CoolingUntil.After(a.CoolingUntil) {
@@ -248,6 +268,28 @@ func cmpStr(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// record returns a copy of the observation held of (observer, provider).
+func (s *store) record(observer, provider string) *obsRecord {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if r := s.obs[obsKey{observer, provider}]; r != nil {
+		c := *r
+		return &c
+	}
+	return nil
+}
+
+// loadRecordOf returns a copy of the load report held of observer.
+func (s *store) loadRecordOf(observer string) *loadRecord {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if l := s.loads[observer]; l != nil {
+		c := *l
+		return &c
+	}
+	return nil
 }
 
 // current returns o as it stands now: its durations shortened by the

@@ -1,14 +1,18 @@
 package gossip
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmesh/llmesh/route"
 )
 
+var testLimits = storeLimits{maxTTL: time.Minute, maxHold: 15 * time.Minute, maxPerObserver: 100}
+
 func TestStoreMergeAndAge(t *testing.T) {
-	s := newStore()
+	s := newStore(testLimits)
 	now := time.Unix(1000, 0)
 	o := Observation{Observer: "a", Provider: "p", Version: 5, TTL: 10 * time.Second, Ejected: true, EjectedFor: 3 * time.Second}
 	if s.mergeObservation(o, now) {
@@ -23,35 +27,81 @@ func TestStoreMergeAndAge(t *testing.T) {
 	if s.mergeObservation(older, now) || s.mergeObservation(o, now) {
 		t.Fatal("an older or equal version replaced the newer")
 	}
-	sum := s.summarize("self", now)["p"]
+	sum := s.summarize("self", now, time.Minute)["p"]
 	if sum == nil || sum.Failing != 1 || sum.Observers != 1 {
 		t.Fatalf("summary %+v", sum)
 	}
 	// The ejection ran out; the report is still fresh but no longer failing.
-	if sum := s.summarize("self", now.Add(4*time.Second))["p"]; sum.Failing != 0 {
+	if sum := s.summarize("self", now.Add(4*time.Second), time.Minute)["p"]; sum.Failing != 0 {
 		t.Fatalf("after the ejection: %+v", sum)
 	}
 	// A node's own reports are not "peers".
-	if s.summarize("a", now)["p"] != nil {
+	if s.summarize("a", now, time.Minute)["p"] != nil {
 		t.Fatal("own report counted as a peer's")
 	}
 	// Expired reports are gone.
-	if n := s.expire(now.Add(10*time.Second), time.Hour); n != 1 || len(s.summarize("self", now.Add(10*time.Second))) != 0 {
+	if n := s.expire(now.Add(10 * time.Second)); n != 1 || len(s.summarize("self", now.Add(10*time.Second), time.Minute)) != 0 {
 		t.Fatalf("expire dropped %d", n)
 	}
-	// Leaving drops a node's reports and refuses its old ones, even after
-	// it joins again.
+	// Leaving drops a node's reports and refuses new ones until it joins
+	// again.
 	o.Version = 10
 	s.mergeObservation(o, now)
-	s.leave("a", now)
-	s.join("a")
-	o.Version = 9
-	if s.mergeObservation(o, now) {
-		t.Fatal("a relayed report of the previous life came back")
+	s.leave("a")
+	if len(s.summarize("self", now, time.Minute)) != 0 {
+		t.Fatal("a departed node's report is still held")
 	}
 	o.Version = 11
+	if s.mergeObservation(o, now) {
+		t.Fatal("a report of a departed node was taken")
+	}
+	s.join("a")
 	if !s.mergeObservation(o, now) {
 		t.Fatal("a new report after rejoining refused")
+	}
+}
+
+// A high error rate counts as failing only while the observer keeps
+// calling the provider: a moving average that no attempt moves says
+// nothing of now.
+func TestOldErrorRatesDoNotCount(t *testing.T) {
+	s := newStore(testLimits)
+	s.join("a")
+	now := time.Unix(1000, 0)
+	s.mergeObservation(Observation{Observer: "a", Provider: "p", Version: 1, TTL: time.Minute, ErrorRate: 0.9, IdleFor: 50 * time.Second}, now)
+	if sum := s.summarize("self", now, 30*time.Second)["p"]; sum.Failing != 0 {
+		t.Fatalf("an idle observer's old error rate counted: %+v", sum)
+	}
+	s.mergeObservation(Observation{Observer: "a", Provider: "p", Version: 2, TTL: time.Minute, ErrorRate: 0.9, IdleFor: time.Second}, now)
+	if sum := s.summarize("self", now, 30*time.Second)["p"]; sum.Failing != 1 {
+		t.Fatalf("a current error rate did not count: %+v", sum)
+	}
+}
+
+// What a peer can make a node hold is bounded.
+func TestStoreBoundsWhatPeersSend(t *testing.T) {
+	s := newStore(storeLimits{maxTTL: time.Minute, maxHold: 15 * time.Minute, maxPerObserver: 10,
+		known: func(p string) bool { return strings.HasPrefix(p, "known") }})
+	s.join("a")
+	now := time.Unix(1000, 0)
+	if s.mergeObservation(Observation{Observer: "a", Provider: "unknown", Version: 1, TTL: time.Second}, now) {
+		t.Fatal("a report on an unknown provider was taken")
+	}
+	for i := range 50 {
+		s.mergeObservation(Observation{Observer: "a", Provider: fmt.Sprintf("known%d", i), Version: 1, TTL: time.Second}, now)
+	}
+	if n := len(s.summarize("self", now, time.Minute)); n != 10 {
+		t.Fatalf("held %d reports of one observer, want the cap of 10", n)
+	}
+	// Clamped: a year's cooldown and a century's time to live.
+	s.mergeObservation(Observation{Observer: "a", Provider: "known0", Version: 2, TTL: 100 * 365 * 24 * time.Hour, CoolingFor: 365 * 24 * time.Hour}, now)
+	r := s.record("a", "known0")
+	if r.Expires.Sub(now) != time.Minute || r.CoolingUntil.Sub(now) != 15*time.Minute {
+		t.Fatalf("not clamped: expires in %v, cools for %v", r.Expires.Sub(now), r.CoolingUntil.Sub(now))
+	}
+	// A version far in the future (it would lock the observer out) is refused.
+	if s.mergeObservation(Observation{Observer: "a", Provider: "known0", Version: 1 << 63, TTL: time.Second}, now) {
+		t.Fatal("a version from the far future was taken")
 	}
 }
 

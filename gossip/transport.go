@@ -19,7 +19,8 @@ type transport struct {
 	recv    atomic.Uint64
 	packets chan *memberlist.Packet
 	streams chan net.Conn
-	stop    chan struct{}
+	stop    chan struct{} // closed first on shutdown: stop delivering
+	drained chan struct{} // closed once the inner transport has stopped
 	wg      sync.WaitGroup
 	// blocked, when not nil, says whether traffic to or from addr is cut.
 	blocked atomic.Pointer[func(addr string) bool]
@@ -33,6 +34,7 @@ func newTransport(inner *memberlist.NetTransport) *transport {
 		packets: make(chan *memberlist.Packet),
 		streams: make(chan net.Conn),
 		stop:    make(chan struct{}),
+		drained: make(chan struct{}),
 	}
 	t.wg.Add(2)
 	go t.forwardPackets()
@@ -44,6 +46,10 @@ func (t *transport) cut(addr string) bool {
 	f := t.blocked.Load()
 	return f != nil && (*f)(addr)
 }
+
+// The inner transport hands packets and connections over with blocking
+// sends, and its Shutdown waits for its listeners: so after stop the
+// forwarders keep draining it, discarding, until it has stopped.
 
 func (t *transport) forwardPackets() {
 	defer t.wg.Done()
@@ -57,9 +63,8 @@ func (t *transport) forwardPackets() {
 			select {
 			case t.packets <- p:
 			case <-t.stop:
-				return
 			}
-		case <-t.stop:
+		case <-t.drained:
 			return
 		}
 	}
@@ -78,9 +83,8 @@ func (t *transport) forwardStreams() {
 			case t.streams <- &countedConn{Conn: c, t: t}:
 			case <-t.stop:
 				c.Close()
-				return
 			}
-		case <-t.stop:
+		case <-t.drained:
 			return
 		}
 	}
@@ -122,8 +126,9 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 
 func (t *transport) Shutdown() error {
-	err := t.inner.Shutdown()
 	close(t.stop)
+	err := t.inner.Shutdown()
+	close(t.drained)
 	t.wg.Wait()
 	return err
 }

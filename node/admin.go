@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -13,12 +14,14 @@ import (
 )
 
 var (
-	errAdminToken = errors.New("this admin endpoint needs the admin token: send Authorization: Bearer TOKEN")
-	errNoGossip   = errors.New("this node does not gossip: set node.gossip")
+	errAdminToken  = errors.New("this admin endpoint needs the admin token: send Authorization: Bearer TOKEN")
+	errAdminRemote = errors.New("without an admin token the admin API answers only on loopback: set node.admin_token_env")
+	errNoGossip    = errors.New("this node does not gossip: set node.gossip")
 )
 
-// admin guards an operator endpoint with the admin token when one is
-// configured, compared in constant time.
+// admin guards an operator endpoint: with the admin token when one is
+// configured (compared in constant time), else to loopback clients only,
+// so that an open HTTP port does not let anyone steer the node.
 func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if want := n.s.adminToken.Reveal(); want != "" {
@@ -27,9 +30,18 @@ func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 				writeError(w, errAdminToken)
 				return
 			}
+		} else if !fromLoopback(r) {
+			writeError(w, errAdminRemote)
+			return
 		}
 		h(w, r)
 	}
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
 }
 
 // MemberInfo is one row of GET /v1/mesh/members.

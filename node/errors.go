@@ -46,6 +46,9 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, errUnauthorized), errors.Is(err, errAdminToken):
 		e.Type, e.Code = "invalid_request_error", "invalid_api_key"
 		return http.StatusUnauthorized, e
+	case errors.Is(err, errAdminRemote):
+		e.Type, e.Code = "permission_error", "admin_token_required"
+		return http.StatusForbidden, e
 	case errors.Is(err, errNoGossip):
 		e.Type, e.Code = "invalid_request_error", "invalid_request"
 		return http.StatusBadRequest, e

@@ -125,6 +125,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		gc.Meta = gossip.Meta{Region: s.region, Jurisdiction: s.jurisdiction, Voter: s.voter, RPC: s.rpcAddr, Build: opts.Version}
 		gc.Logger = n.log.With("component", "gossip")
 		gc.Registerer = opts.Registry
+		gc.KnownProvider = func(name string) bool { return catalog.Provider(name) != nil }
 		if opts.GossipTuning != nil {
 			opts.GossipTuning(&gc)
 		}
@@ -242,6 +243,13 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.ready.Store(false)
 		close(n.stop)
 		var errs []error
+		if n.mesh != nil && n.ln != nil {
+			// Peers stop counting on this node (as their region's prober,
+			// say) while its last requests finish.
+			if err := n.mesh.SetState(gossip.StateDraining); err != nil {
+				n.log.Warn("could not announce draining", "err", err)
+			}
+		}
 		if n.ln != nil {
 			if err := n.srv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("http shutdown: %w", err))

@@ -42,7 +42,7 @@ func (p *prober) run(stop <-chan struct{}) {
 				return
 			default:
 			}
-			p.probe(o)
+			p.probe(o, stop)
 		}
 	}
 }
@@ -74,22 +74,28 @@ func (p *prober) due(now time.Time) []*route.Offer {
 		if recent[pv.Name] || (pv.Reach == route.ReachRegion && pv.Region != n.s.region) || len(pv.Models) == 0 {
 			continue
 		}
+		// A cooldown learned anywhere in the mesh holds for probes too.
+		if n.planner.Health.Health(pv.Name, now).CoolingUntil.After(now) {
+			continue
+		}
 		if len(regionNodes) > 0 && chooseProber(pv.Name, regionNodes) != n.s.name {
 			continue
 		}
-		out = append(out, n.catalog.Offers(pv.Models[0].Name)[offerIndex(n.catalog, pv)])
+		if o := offerOf(n.catalog, pv); o != nil {
+			out = append(out, o)
+		}
 	}
 	return out
 }
 
-// offerIndex finds pv's offer of its first model.
-func offerIndex(c *route.Catalog, pv *route.Provider) int {
-	for i, o := range c.Offers(pv.Models[0].Name) {
+// offerOf finds pv's offer of its first model.
+func offerOf(c *route.Catalog, pv *route.Provider) *route.Offer {
+	for _, o := range c.Offers(pv.Models[0].Name) {
 		if o.Provider == pv {
-			return i
+			return o
 		}
 	}
-	return 0
+	return nil
 }
 
 // chooseProber picks the node of nodes that probes provider.
@@ -107,10 +113,17 @@ func chooseProber(provider string, nodes []string) string {
 	return best
 }
 
-func (p *prober) probe(o *route.Offer) {
+func (p *prober) probe(o *route.Offer, stop <-chan struct{}) {
 	n := p.n
 	ctx, cancel := context.WithTimeout(context.Background(), n.s.executor.FirstByteTimeout)
 	defer cancel()
+	go func() { // the node stopping abandons the probe
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	res, err := n.exec.Probe(ctx, o)
 	if res == nil || len(res.Attempts) == 0 {
 		return // not attempted: ejected and not yet due, cooling down, out of rate

@@ -133,6 +133,11 @@ func (t *Tracker) Health(provider string, now time.Time) Health {
 	s := t.state(provider)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.health(now)
+}
+
+// health reads s; s.mu is held.
+func (s *providerState) health(now time.Time) Health {
 	h := Health{
 		Ejected:   !s.ejectedUntil.IsZero() && (now.Before(s.ejectedUntil) || s.probing),
 		TTFT:      seconds(s.ttft),
@@ -308,11 +313,10 @@ func (t *Tracker) Snapshot(now time.Time) []ProviderState {
 	slices.Sort(names)
 	out := make([]ProviderState, 0, len(names))
 	for _, name := range names {
-		h := t.Health(name, now)
 		s := t.state(name)
 		s.mu.Lock()
 		out = append(out, ProviderState{
-			Provider: name, Health: h, EjectedUntil: s.ejectedUntil, Ejections: s.ejections,
+			Provider: name, Health: s.health(now), EjectedUntil: s.ejectedUntil, Ejections: s.ejections,
 			LastAttempt: s.lastAttempt, RemainingRequests: s.remainingReq, RemainingTokens: s.remainingTok,
 		})
 		s.mu.Unlock()

@@ -1,0 +1,29 @@
+package node
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// Without an admin token, the admin API answers loopback clients only.
+func TestAdminWithoutTokenIsLoopbackOnly(t *testing.T) {
+	n := &Node{s: &settings{}}
+	called := 0
+	h := n.admin(func(w http.ResponseWriter, r *http.Request) { called++ })
+	for _, tc := range []struct {
+		remote string
+		want   int
+	}{{"127.0.0.1:5000", 200}, {"[::1]:5000", 200}, {"10.0.0.7:5000", 403}, {"203.0.113.9:443", 403}} {
+		r := httptest.NewRequest("GET", "/v1/mesh/members", nil)
+		r.RemoteAddr = tc.remote
+		w := httptest.NewRecorder()
+		h(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s: %d, want %d", tc.remote, w.Code, tc.want)
+		}
+	}
+	if called != 2 {
+		t.Fatalf("handler ran %d times", called)
+	}
+}
