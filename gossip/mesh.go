@@ -44,11 +44,10 @@ type Mesh struct {
 	meta      atomic.Pointer[Meta]
 	metaBytes atomic.Pointer[[]byte]
 
-	ml       *memberlist.Memberlist
-	tr       *transport
-	addr     string // advertised gossip address, set by Start
-	joined   atomic.Bool
-	nMembers atomic.Int64 // alive members, self included, kept by the events
+	ml     *memberlist.Memberlist
+	tr     *transport
+	addr   string // advertised gossip address, set by Start
+	joined atomic.Bool
 
 	// membersMu guards the member table, kept by memberlist's event
 	// callbacks: memberlist's own Node values change under its lock after
@@ -118,9 +117,13 @@ func New(cfg Config, tracker Tracker, load func() (inFlight, queue int)) (*Mesh,
 }
 
 // numMembers is the queue's idea of the mesh size, read on every gossip
-// round: an atomic kept by the event callbacks, not a scan of memberlist's
-// nodes under its lock.
-func (m *Mesh) numMembers() int { return max(int(m.nMembers.Load()), 1) }
+// round: the member table kept by the event callbacks, not a scan of
+// memberlist's nodes under its lock.
+func (m *Mesh) numMembers() int {
+	m.membersMu.Lock()
+	defer m.membersMu.Unlock()
+	return max(len(m.members), 1)
+}
 
 // View returns the merged health view the planner reads.
 func (m *Mesh) View() *View { return m.view }
@@ -162,7 +165,12 @@ func (m *Mesh) Start(ctx context.Context) error {
 	mc.Logger = nil
 	mc.LogOutput = logWriter{m.log}
 	// Set before Create: memberlist's goroutines read the queue at once.
-	m.queue.RetransmitMult = mc.RetransmitMult
+	// Each transmission goes to one peer, and memberlist's multiplier
+	// (RetransmitMult × ⌈log10(n+1)⌉ sends) left about one report in
+	// thirty missing a node of an eight-node mesh until push/pull caught
+	// it up, tens of seconds later; twice as many sends of these small
+	// messages make that rare.
+	m.queue.RetransmitMult = 2 * mc.RetransmitMult
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		_ = tr.Shutdown()
@@ -380,9 +388,6 @@ func (m *Mesh) joinedNode(n *memberlist.Node) {
 	m.st.join(n.Name)
 	mem := m.member(n)
 	m.membersMu.Lock()
-	if _, known := m.members[n.Name]; !known {
-		m.nMembers.Add(1)
-	}
 	m.members[n.Name] = mem
 	delete(m.departed, n.Name)
 	delete(m.leaving, n.Name)
@@ -392,7 +397,9 @@ func (m *Mesh) joinedNode(n *memberlist.Node) {
 func (m *Mesh) updatedNode(n *memberlist.Node) {
 	mem := m.member(n)
 	m.membersMu.Lock()
-	m.members[n.Name] = mem
+	if _, ok := m.members[n.Name]; ok {
+		m.members[n.Name] = mem
+	}
 	m.membersMu.Unlock()
 }
 
@@ -408,9 +415,6 @@ func (m *Mesh) leftNode(n *memberlist.Node) {
 		mem.State = "left"
 	}
 	delete(m.leaving, n.Name)
-	if _, known := m.members[n.Name]; known {
-		m.nMembers.Add(-1)
-	}
 	delete(m.members, n.Name)
 	m.departed[n.Name] = departure{node: mem, since: now}
 	for name, d := range m.departed { // bounded: forget the long gone
