@@ -1,0 +1,312 @@
+package consensus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// BudgetHolder is a node's escrow of its tenants' budgets: money granted
+// by the ledger that the node may spend without asking. The request path
+// reserves a true upper bound of each attempt's cost from it and settles
+// the actual cost after (route.BudgetGate), under a mutex and nothing
+// else. A background loop reports spend to the leader in batches (one
+// Raft command per node per interval, cumulative per lease, so a retried
+// or reordered report counts once) and tops the escrow up ahead of need.
+//
+// A node never spends beyond its escrow, and escrow is only granted while
+// settled + reserved stays within the limit; so spend never exceeds a
+// budget, whatever fails. Escrow of a lease past its expiry is not spent:
+// the leader may be about to write it off.
+type BudgetHolder struct {
+	node  string
+	epoch int64
+	apply func(context.Context, Command) (Result, error)
+	// budgeted lists the tenants with a budget; the holder asks escrow for
+	// them before their first request.
+	budgeted func() map[string]bool
+	ttl      time.Duration
+	interval time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	seq     uint64
+	leases  map[string]*localLease // the current period's lease, by tenant
+	retired []*localLease          // older periods, reported then released
+	need    map[string]Nanos       // escrow the request path found missing
+	synced  bool                   // a sync has succeeded
+	kick    chan struct{}
+}
+
+var _ route.BudgetGate = (*BudgetHolder)(nil)
+
+type localLease struct {
+	tenant, period string
+	end            int64 // the period's end, leader time
+	granted        Nanos // escrow granted, as the leader last said
+	spent          Nanos // spent here, cumulative
+	reported       Nanos // spent as the leader last acknowledged
+	inflight       Nanos // reserved by attempts under way
+	expires        time.Time
+	remaining      Nanos // the books' unleased budget at the last sync
+	largest        Nanos // largest reservation seen, to size top-ups
+	rate           float64
+	rateAt         time.Time
+	rateSpent      Nanos
+}
+
+func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }
+
+// NewBudgetHolder returns a holder for node; apply sends a command to
+// the leader. The epoch (the node's boot) tells the ledger that escrow of
+// a previous boot cannot be accounted for.
+func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, error), budgeted func() map[string]bool) *BudgetHolder {
+	return &BudgetHolder{
+		node: node, epoch: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
+		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now,
+		leases: map[string]*localLease{}, need: map[string]Nanos{}, kick: make(chan struct{}, 1),
+	}
+}
+
+// noHold settles nothing: the tenant has no budget.
+type noHold struct{}
+
+func (noHold) Settle(float64) {}
+
+type escrowHold struct {
+	h     *BudgetHolder
+	l     *localLease
+	upper Nanos
+}
+
+// Settle replaces the reservation by the actual cost.
+func (e *escrowHold) Settle(usd float64) {
+	e.h.mu.Lock()
+	e.l.inflight -= e.upper
+	e.l.spent += RoundNanos(usd)
+	e.h.mu.Unlock()
+}
+
+// Reserve implements route.BudgetGate. A tenant without a budget is not
+// held. Otherwise the reservation comes out of the local escrow; if that
+// falls short the escrow is topped up in the background and the request
+// is refused at once: with ErrBudgetExceeded when even the unleased
+// budget could not cover it, else with a retry-after while the top-up
+// lands.
+func (h *BudgetHolder) Reserve(tenant string, usd float64, now time.Time) (route.BudgetHold, error) {
+	if !h.budgeted()[tenant] {
+		return noHold{}, nil
+	}
+	upper := CeilNanos(usd)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.leases[tenant]
+	if l != nil && now.Before(l.expires) && l.free() >= upper {
+		l.inflight += upper
+		l.largest = max(l.largest, upper)
+		return &escrowHold{h: h, l: l, upper: upper}, nil
+	}
+	h.need[tenant] = max(h.need[tenant], upper)
+	h.kickLocked()
+	if l != nil && h.synced && l.free()+l.remaining < upper {
+		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
+			route.ErrBudgetExceeded, tenant, max(l.free()+l.remaining, 0), l.period, upper)
+	}
+	return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
+}
+
+func (h *BudgetHolder) kickLocked() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports whether the holder has synced with the ledger once.
+func (h *BudgetHolder) Ready() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.synced
+}
+
+// Run syncs with the ledger until ctx ends, then reports what was spent
+// and releases the escrow (bounded by a few seconds).
+func (h *BudgetHolder) Run(ctx context.Context) {
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = h.sync(fctx, true)
+			cancel()
+			return
+		case <-t.C:
+		case <-h.kick:
+		}
+		_ = h.sync(ctx, false)
+	}
+}
+
+// sync sends one batch: spend not yet acknowledged, top-ups, renewals;
+// release asks to give every lease back (shutdown).
+func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
+	now := h.now()
+	h.mu.Lock()
+	c := SyncCmd{Node: h.node, Epoch: h.epoch, TTL: int64(h.ttl)}
+	quiet := true
+	all := append(h.retired[:len(h.retired):len(h.retired)], h.leaseList()...)
+	for _, l := range all {
+		retiring := release || h.isRetired(l)
+		done := retiring && l.inflight == 0
+		if l.spent != l.reported || done {
+			c.Usage = append(c.Usage, UsageItem{Tenant: l.tenant, Period: l.period, Spent: l.spent, Release: done})
+			quiet = false
+		}
+		if !retiring && l.expires.Sub(now) < h.ttl/2 {
+			quiet = false // renew
+		}
+	}
+	if !release {
+		for tenant := range h.budgeted() {
+			if w := h.wantLocked(tenant, now); w > 0 {
+				c.Want = append(c.Want, WantItem{Tenant: tenant, Amount: w})
+				quiet = false
+			}
+		}
+	}
+	if quiet && h.synced {
+		h.mu.Unlock()
+		return nil
+	}
+	h.seq++
+	c.Seq = h.seq
+	h.mu.Unlock()
+
+	cmd, err := newCommand(h.node+"/"+strconv.FormatInt(h.epoch, 36)+"/"+strconv.FormatUint(c.Seq, 10), CmdSync, c)
+	if err != nil {
+		return err
+	}
+	r, err := h.apply(ctx, cmd)
+	if err == nil && r.Err != "" {
+		err = fmt.Errorf("ledger: %s", r.Err)
+	}
+	if err != nil || r.Sync == nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.absorb(r.Sync, now, c)
+	h.synced = true
+	return nil
+}
+
+func (h *BudgetHolder) leaseList() []*localLease {
+	out := make([]*localLease, 0, len(h.leases))
+	for _, k := range sortedKeys(h.leases) {
+		out = append(out, h.leases[k])
+	}
+	return out
+}
+
+func (h *BudgetHolder) isRetired(l *localLease) bool { return h.leases[l.tenant] != l }
+
+// wantLocked is the escrow to ask for tenant: enough for what the request
+// path found missing and for a while of spending at the recent rate, with
+// room for a few of the largest requests; never more than half of what is
+// left unleased, so that other nodes find some too.
+func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
+	l := h.leases[tenant]
+	need := h.need[tenant]
+	if l == nil {
+		return max(need, minEscrow)
+	}
+	if !now.Before(l.expires) {
+		return max(need, minEscrow) // re-granted escrow on renewal
+	}
+	target := max(need*2, 4*l.largest, Nanos(l.rate*float64(h.ttl/time.Second)), minEscrow)
+	free := l.free()
+	if free >= target/2 && need <= free {
+		return 0
+	}
+	want := target - free
+	if half := l.remaining / 2; want > half {
+		want = max(half, need-free)
+	}
+	return max(want, 0)
+}
+
+// minEscrow is the least escrow a node asks for: one cent.
+const minEscrow = NanosPerUSD / 100
+
+// absorb takes the leader's view of this node's leases.
+func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
+	for _, w := range sent.Want {
+		if h.need[w.Tenant] <= w.Amount {
+			delete(h.need, w.Tenant)
+		}
+	}
+	live := map[*localLease]bool{}
+	for _, lv := range r.Leases {
+		l := h.find(lv.Tenant, lv.Period)
+		if l == nil {
+			l = &localLease{tenant: lv.Tenant, period: lv.Period, end: lv.End, rateAt: now}
+			if cur := h.leases[lv.Tenant]; cur == nil || lv.End >= cur.end {
+				if cur != nil {
+					h.retired = append(h.retired, cur)
+				}
+				h.leases[lv.Tenant] = l
+			} else {
+				h.retired = append(h.retired, l)
+			}
+		}
+		live[l] = true
+		l.granted, l.reported, l.remaining = lv.Granted, max(l.reported, lv.Spent), lv.Remaining
+		// The leader renewed the lease for ttl from when it applied the
+		// sync, which is after now; spending stops a fifth of the lease
+		// earlier still, clear of any drift between the two clocks.
+		l.expires = now.Add(h.ttl * 4 / 5)
+		if dt := now.Sub(l.rateAt).Seconds(); dt >= 5 {
+			l.rate = 0.5*l.rate + 0.5*float64(l.spent-l.rateSpent)/dt
+			l.rateAt, l.rateSpent = now, l.spent
+		}
+	}
+	for tenant, l := range h.leases {
+		if !live[l] && l.inflight == 0 && l.spent == l.reported {
+			delete(h.leases, tenant) // released or written off by the ledger
+		}
+	}
+	kept := h.retired[:0]
+	for _, l := range h.retired {
+		if live[l] || l.inflight > 0 || l.spent != l.reported {
+			kept = append(kept, l)
+		}
+	}
+	h.retired = kept
+}
+
+func (h *BudgetHolder) find(tenant, period string) *localLease {
+	if l := h.leases[tenant]; l != nil && l.period == period {
+		return l
+	}
+	for _, l := range h.retired {
+		if l.tenant == tenant && l.period == period {
+			return l
+		}
+	}
+	return nil
+}
+
+// newCommand wraps a body in the command envelope; the leader stamps Time.
+func newCommand(id, typ string, body any) (Command, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Command{}, err
+	}
+	return Command{ID: id, Type: typ, Body: b}, nil
+}

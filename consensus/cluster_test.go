@@ -1,0 +1,280 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// testCluster is voters on raft's in-memory transport, fully connected.
+type testCluster struct {
+	t       testing.TB
+	servers []*Server
+	trans   []*raft.InmemTransport
+	down    []bool
+	mu      sync.Mutex
+
+	violations atomic.Int64
+	firstBad   atomic.Value
+}
+
+func newTestCluster(t testing.TB, n int) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, down: make([]bool, n)}
+	var servers []raft.Server
+	for i := range n {
+		addr, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("v%d", i)))
+		c.trans = append(c.trans, tr)
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(fmt.Sprintf("v%d", i)), Address: addr})
+	}
+	for i, a := range c.trans {
+		for j, b := range c.trans {
+			if i != j {
+				a.Connect(b.LocalAddr(), b)
+			}
+		}
+	}
+	for i := range n {
+		s, err := NewServer(ServerConfig{
+			ID: fmt.Sprintf("v%d", i), InMemory: true, Transport: c.trans[i], Timings: FastTimings,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ApplyTimeout: time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every replica checks the escrow invariant after every apply.
+		s.fsm.afterApply = func(l *Ledger, cmd Command, r Result) {
+			if err := l.Check(); err != nil {
+				c.violations.Add(1)
+				c.firstBad.CompareAndSwap(nil, fmt.Sprintf("after %s %s: %v", cmd.Type, cmd.ID, err))
+			}
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Shutdown() })
+		c.servers = append(c.servers, s)
+	}
+	if err := c.servers[0].bootstrap(servers); err != nil {
+		t.Fatal(err)
+	}
+	c.waitLeader(10 * time.Second)
+	return c
+}
+
+// leader returns the index of a live leader, or -1.
+func (c *testCluster) leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.servers {
+		if !c.down[i] && s.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *testCluster) waitLeader(d time.Duration) (int, time.Duration) {
+	c.t.Helper()
+	start := time.Now()
+	for {
+		if i := c.leader(); i >= 0 {
+			return i, time.Since(start)
+		}
+		if time.Since(start) > d {
+			c.t.Fatalf("no leader within %v", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// apply sends cmd to whichever voter leads now, as a client's forward
+// would; ErrNoLeader while there is none.
+func (c *testCluster) apply(ctx context.Context, cmd Command) (Result, error) {
+	i := c.leader()
+	if i < 0 {
+		return Result{}, ErrNoLeader
+	}
+	return c.servers[i].Apply(ctx, cmd)
+}
+
+// partition cuts voter i off from every other, or heals it.
+func (c *testCluster) partition(i int, cut bool) {
+	for j := range c.trans {
+		if i == j {
+			continue
+		}
+		if cut {
+			c.trans[i].Disconnect(c.trans[j].LocalAddr())
+			c.trans[j].Disconnect(c.trans[i].LocalAddr())
+		} else {
+			c.trans[i].Connect(c.trans[j].LocalAddr(), c.trans[j])
+			c.trans[j].Connect(c.trans[i].LocalAddr(), c.trans[i])
+		}
+	}
+}
+
+// kill stops voter i for good.
+func (c *testCluster) kill(i int) {
+	c.mu.Lock()
+	c.down[i] = true
+	c.mu.Unlock()
+	c.partition(i, true)
+	_ = c.servers[i].Shutdown()
+}
+
+// faultyApply wraps apply with what networks do to requests: lost
+// before the leader, lost after it (applied, but the client hears an
+// error), applied twice, and held back to arrive after later ones.
+type faultyApply struct {
+	c       *testCluster
+	r       *rand.Rand
+	mu      sync.Mutex
+	delayed []Command
+}
+
+func (f *faultyApply) apply(ctx context.Context, cmd Command) (Result, error) {
+	f.mu.Lock()
+	roll := f.r.IntN(100)
+	var late []Command
+	if len(f.delayed) > 0 && f.r.IntN(3) == 0 {
+		late, f.delayed = f.delayed, nil
+	}
+	if roll < 5 {
+		f.delayed = append(f.delayed, cmd) // reordered: sent again later
+	}
+	f.mu.Unlock()
+	for _, d := range late {
+		_, _ = f.c.apply(ctx, d)
+	}
+	switch {
+	case roll < 10:
+		return Result{}, errors.New("lost on the way")
+	case roll < 15:
+		_, _ = f.c.apply(ctx, cmd)
+		return Result{}, errors.New("the reply was lost")
+	case roll < 20:
+		_, _ = f.c.apply(ctx, cmd) // a retry the leader had applied already
+	}
+	return f.c.apply(ctx, cmd)
+}
+
+// TestEscrowHoldsUnderFaults drives budget holders on three nodes against
+// 3- and 5-voter clusters through partitions, leader kills, and lost,
+// duplicated and reordered syncs. After every apply, on every replica,
+// settled + reserved stays within the limit; after quiescence, settled is
+// exactly what the emulated providers charged.
+func TestEscrowHoldsUnderFaults(t *testing.T) {
+	for _, voters := range []int{3, 5} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprintf("voters=%d/seed=%d", voters, seed), func(t *testing.T) {
+				escrowUnderFaults(t, voters, seed)
+			})
+		}
+	}
+}
+
+func escrowUnderFaults(t *testing.T, voters int, seed uint64) {
+	c := newTestCluster(t, voters)
+	r := rand.New(rand.NewPCG(seed, 99))
+	const limit = 2 * NanosPerUSD
+	seedCmd, _ := newCommand("seed-acme", CmdSeedTenant, Tenant{Name: "acme", Budget: &Budget{Limit: limit, Period: PeriodTotal}})
+	if _, err := c.apply(context.Background(), seedCmd); err != nil {
+		t.Fatal(err)
+	}
+	budgeted := func() map[string]bool { return map[string]bool{"acme": true} }
+	var charged atomic.Int64 // what the emulated providers billed, in nanos
+	ctx, stop := context.WithCancel(context.Background())
+	var holders []*BudgetHolder
+	var loops, traffic sync.WaitGroup
+	for n := range 3 {
+		fa := &faultyApply{c: c, r: rand.New(rand.NewPCG(seed, uint64(n)))}
+		h := NewBudgetHolder(fmt.Sprintf("node%d", n), fa.apply, budgeted)
+		h.interval, h.ttl = 20*time.Millisecond, 2*time.Second
+		holders = append(holders, h)
+		loops.Go(func() { h.Run(ctx) })
+		rr := rand.New(rand.NewPCG(seed, uint64(100+n)))
+		traffic.Go(func() {
+			for ctx.Err() == nil {
+				upper := float64(1+rr.IntN(20_000)) / 1e6 // up to 2 cents
+				hold, err := h.Reserve("acme", upper, time.Now())
+				if err == nil {
+					actual := upper * rr.Float64()
+					charged.Add(int64(RoundNanos(actual)))
+					hold.Settle(actual)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	// Faults: partitions that heal, and leader kills, keeping a quorum.
+	killed := 0
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Duration(100+r.IntN(200)) * time.Millisecond)
+		switch i := r.IntN(len(c.servers)); {
+		case r.IntN(3) == 0 && killed < (voters-1)/2:
+			if l := c.leader(); l >= 0 {
+				c.kill(l)
+				killed++
+			}
+		default:
+			c.mu.Lock()
+			down := c.down[i]
+			c.mu.Unlock()
+			if !down {
+				c.partition(i, true)
+				time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
+				c.partition(i, false)
+			}
+		}
+	}
+	stop()
+	traffic.Wait()
+	loops.Wait()
+	// Quiescence: the final syncs of the holders may have met a fault;
+	// send them again until they land.
+	c.waitLeader(10 * time.Second)
+	for _, h := range holders {
+		h.apply = c.apply
+		eventually(t, 10*time.Second, "a holder's final sync", func() bool { return h.sync(context.Background(), true) == nil })
+	}
+	if n := c.violations.Load(); n > 0 {
+		t.Fatalf("%d invariant violations; first: %v", n, c.firstBad.Load())
+	}
+	l := c.leader()
+	var books []BookView
+	if err := c.servers[l].ReadLinearizable(func(led *Ledger) { books = led.Books() }); err != nil {
+		t.Fatal(err)
+	}
+	if len(books) != 1 {
+		t.Fatalf("books %+v", books)
+	}
+	b := books[0]
+	if b.Settled != Nanos(charged.Load()) || b.Reserved != 0 || b.Overspend != 0 || b.Settled > limit {
+		t.Fatalf("after quiescence: settled %v (charged %v), reserved %v, overspend %v, limit %v",
+			b.Settled, Nanos(charged.Load()), b.Reserved, b.Overspend, limit)
+	}
+	t.Logf("charged %v of %v through %d voters (%d killed)", b.Settled, Nanos(limit), voters, killed)
+}
+
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}

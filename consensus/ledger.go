@@ -1,0 +1,563 @@
+package consensus
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Command is the one envelope every change to the ledger travels in.
+type Command struct {
+	// ID makes a retried command apply once: a command whose ID was
+	// applied in the last dedupWindow is answered as before, not applied.
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	// Time is the leader's clock when it proposed the command, in Unix
+	// nanoseconds: the state machine's only notion of time.
+	Time int64           `json:"time"`
+	Body json.RawMessage `json:"body"`
+}
+
+// Command types.
+const (
+	CmdSeedTenant = "seed_tenant" // create a tenant if absent (from configuration)
+	CmdPutTenant  = "put_tenant"  // create or replace a tenant
+	CmdSetBudget  = "set_budget"  // change a tenant's budget
+	CmdSeedRate   = "seed_rate"   // set a provider's capacity if absent
+	CmdPutRate    = "put_rate"    // set a provider's capacity
+	CmdSync       = "sync"        // a node reports usage and asks for escrow
+	CmdForfeit    = "forfeit"     // write off a node's unreported escrow as spent
+)
+
+// dedupWindow is how long a command ID is remembered.
+const dedupWindow = int64(10 * 60 * 1e9)
+
+// Tenant is who may call, where its data may go, and what it may spend.
+type Tenant struct {
+	Name      string   `json:"name"`
+	KeySHA256 []string `json:"key_sha256"`
+	Residency string   `json:"residency,omitempty"`
+	Budget    *Budget  `json:"budget,omitempty"`
+}
+
+// Budget is a spending limit per period.
+type Budget struct {
+	Limit  Nanos  `json:"limit"`
+	Period string `json:"period"` // day | month | total
+}
+
+// RateCapacity is a provider's mesh-wide rate limits; 0 means none.
+type RateCapacity struct {
+	Provider string `json:"provider"`
+	RPM      int64  `json:"rpm"`
+	TPM      int64  `json:"tpm"`
+}
+
+// Books are one tenant's accounts for one period. Settled is money known
+// spent; each lease holds escrow a node may spend; their sum never
+// exceeds Limit (unless an operator lowers the limit below it, which
+// stops new grants but cannot take back escrow already granted).
+type Books struct {
+	Tenant    string            `json:"tenant"`
+	Period    string            `json:"period"`
+	End       int64             `json:"end"` // Unix ns; the period's end
+	Limit     Nanos             `json:"limit"`
+	Settled   Nanos             `json:"settled"`
+	Forfeited Nanos             `json:"forfeited"` // escrow written off as spent
+	Overspend Nanos             `json:"overspend"` // spend reported beyond escrow
+	Leases    map[string]*Lease `json:"leases"`    // by node
+}
+
+// Lease is escrow granted to one node for one tenant and period.
+type Lease struct {
+	Node    string `json:"node"`
+	Epoch   int64  `json:"epoch"`   // the node's boot, which made the lease
+	Granted Nanos  `json:"granted"` // escrow granted over the lease's life
+	Spent   Nanos  `json:"spent"`   // cumulative spend reported
+	Expires int64  `json:"expires"` // Unix ns: the node must renew by then
+}
+
+// Reserved is the escrow still outstanding.
+func (l *Lease) Reserved() Nanos { return max(l.Granted-l.Spent, 0) }
+
+// Reserved is the escrow outstanding across every lease of b.
+func (b *Books) Reserved() Nanos {
+	var r Nanos
+	for _, l := range b.Leases {
+		r += l.Reserved()
+	}
+	return r
+}
+
+// nodeSeq orders one node's sync commands within its boot (epoch).
+type nodeSeq struct {
+	Epoch int64  `json:"epoch"`
+	Seq   uint64 `json:"seq"`
+}
+
+type applied struct {
+	ID   string `json:"id"`
+	Time int64  `json:"time"`
+}
+
+// state is everything the ledger holds; it is the snapshot.
+type state struct {
+	Tenants map[string]*Tenant       `json:"tenants"`
+	Rates   map[string]*RateCapacity `json:"rates"`
+	Books   map[string]*Books        `json:"books"` // by tenant + "/" + period
+	Nodes   map[string]*nodeSeq      `json:"nodes"`
+	Applied []applied                `json:"applied"` // oldest first
+	Time    int64                    `json:"time"`    // of the last command
+}
+
+// Ledger is the pure state machine behind Raft: deterministic, no clock,
+// no I/O. It is not safe for concurrent use; the FSM serializes it.
+type Ledger struct {
+	s       state
+	applied map[string]bool // index of s.Applied
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	l := &Ledger{}
+	l.reset(state{})
+	return l
+}
+
+func (l *Ledger) reset(s state) {
+	if s.Tenants == nil {
+		s.Tenants = map[string]*Tenant{}
+	}
+	if s.Rates == nil {
+		s.Rates = map[string]*RateCapacity{}
+	}
+	if s.Books == nil {
+		s.Books = map[string]*Books{}
+	}
+	if s.Nodes == nil {
+		s.Nodes = map[string]*nodeSeq{}
+	}
+	for _, b := range s.Books {
+		if b.Leases == nil {
+			b.Leases = map[string]*Lease{}
+		}
+	}
+	l.s = s
+	l.applied = make(map[string]bool, len(s.Applied))
+	for _, a := range s.Applied {
+		l.applied[a.ID] = true
+	}
+}
+
+// Result is what applying a command returns.
+type Result struct {
+	Err string `json:"err,omitempty"`
+	// Duplicate means the command's ID had been applied already.
+	Duplicate bool        `json:"duplicate,omitempty"`
+	Sync      *SyncResult `json:"sync,omitempty"`
+}
+
+// Errors a command can fail with.
+var (
+	ErrUnknownCommand = errors.New("unknown command type")
+	ErrNoTenant       = errors.New("no such tenant")
+	ErrInvalid        = errors.New("invalid command")
+)
+
+// Apply applies cmd and returns its result. Unknown command types are an
+// error result (a newer leader's command an older replica cannot read
+// changes nothing here), never a panic.
+func (l *Ledger) Apply(cmd Command) Result {
+	if cmd.Time > l.s.Time {
+		l.s.Time = cmd.Time
+	}
+	l.prune(cmd.Time)
+	if cmd.ID != "" && l.applied[cmd.ID] {
+		r := Result{Duplicate: true}
+		if cmd.Type == CmdSync { // a retried sync still learns its leases
+			var c SyncCmd
+			if json.Unmarshal(cmd.Body, &c) == nil {
+				r.Sync = l.syncResult(c.Node, cmd.Time, nil)
+			}
+		}
+		return r
+	}
+	r := l.apply(cmd)
+	if cmd.ID != "" {
+		l.applied[cmd.ID] = true
+		l.s.Applied = append(l.s.Applied, applied{ID: cmd.ID, Time: cmd.Time})
+	}
+	return r
+}
+
+// prune forgets command IDs older than the dedup window, oldest first.
+func (l *Ledger) prune(now int64) {
+	i := 0
+	for i < len(l.s.Applied) && l.s.Applied[i].Time < now-dedupWindow {
+		delete(l.applied, l.s.Applied[i].ID)
+		i++
+	}
+	if i > 0 {
+		l.s.Applied = slices.Delete(l.s.Applied, 0, i)
+	}
+}
+
+func fail(err error) Result { return Result{Err: err.Error()} }
+
+func (l *Ledger) apply(cmd Command) Result {
+	switch cmd.Type {
+	case CmdSeedTenant, CmdPutTenant:
+		var t Tenant
+		if err := json.Unmarshal(cmd.Body, &t); err != nil || t.Name == "" {
+			return fail(fmt.Errorf("%w: tenant", ErrInvalid))
+		}
+		if t.Budget != nil && !validPeriod(t.Budget.Period) {
+			return fail(fmt.Errorf("%w: period %q", ErrInvalid, t.Budget.Period))
+		}
+		if _, exists := l.s.Tenants[t.Name]; exists && cmd.Type == CmdSeedTenant {
+			return Result{}
+		}
+		l.s.Tenants[t.Name] = &t
+		l.updateLimits(t.Name, cmd.Time)
+	case CmdSetBudget:
+		var c struct {
+			Tenant string  `json:"tenant"`
+			Budget *Budget `json:"budget"`
+		}
+		if err := json.Unmarshal(cmd.Body, &c); err != nil {
+			return fail(fmt.Errorf("%w: budget", ErrInvalid))
+		}
+		t := l.s.Tenants[c.Tenant]
+		if t == nil {
+			return fail(fmt.Errorf("%w: %q", ErrNoTenant, c.Tenant))
+		}
+		if c.Budget != nil && (!validPeriod(c.Budget.Period) || c.Budget.Limit < 0) {
+			return fail(fmt.Errorf("%w: budget", ErrInvalid))
+		}
+		t.Budget = c.Budget
+		l.updateLimits(c.Tenant, cmd.Time)
+	case CmdSeedRate, CmdPutRate:
+		var r RateCapacity
+		if err := json.Unmarshal(cmd.Body, &r); err != nil || r.Provider == "" || r.RPM < 0 || r.TPM < 0 {
+			return fail(fmt.Errorf("%w: rate capacity", ErrInvalid))
+		}
+		if _, exists := l.s.Rates[r.Provider]; exists && cmd.Type == CmdSeedRate {
+			return Result{}
+		}
+		l.s.Rates[r.Provider] = &r
+	case CmdSync:
+		var c SyncCmd
+		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {
+			return fail(fmt.Errorf("%w: sync", ErrInvalid))
+		}
+		return Result{Sync: l.sync(c, cmd.Time)}
+	case CmdForfeit:
+		var c struct {
+			Node string `json:"node"`
+		}
+		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {
+			return fail(fmt.Errorf("%w: forfeit", ErrInvalid))
+		}
+		l.forfeit(c.Node, func(*Lease) bool { return true })
+	default:
+		return fail(fmt.Errorf("%w %q", ErrUnknownCommand, cmd.Type))
+	}
+	return Result{}
+}
+
+func validPeriod(p string) bool { return p == PeriodDay || p == PeriodMonth || p == PeriodTotal }
+
+// updateLimits applies a tenant's budget to its current period's books.
+func (l *Ledger) updateLimits(tenant string, now int64) {
+	t := l.s.Tenants[tenant]
+	if t == nil || t.Budget == nil {
+		return
+	}
+	if b := l.books(t, now); b != nil {
+		b.Limit = t.Budget.Limit
+	}
+}
+
+// books returns the tenant's books for the period containing now,
+// opening them if needed; nil when the tenant has no budget.
+func (l *Ledger) books(t *Tenant, now int64) *Books {
+	if t.Budget == nil {
+		return nil
+	}
+	p, end := periodOf(now, t.Budget.Period)
+	k := t.Name + "/" + p
+	b := l.s.Books[k]
+	if b == nil {
+		b = &Books{Tenant: t.Name, Period: p, End: end, Limit: t.Budget.Limit, Leases: map[string]*Lease{}}
+		l.s.Books[k] = b
+	}
+	return b
+}
+
+// forfeit writes off the outstanding escrow of node's leases that match
+// as spent: the conservative assumption about money a node can no longer
+// account for.
+func (l *Ledger) forfeit(node string, match func(*Lease) bool) {
+	for _, k := range sortedKeys(l.s.Books) {
+		b := l.s.Books[k]
+		if le := b.Leases[node]; le != nil && match(le) {
+			r := le.Reserved()
+			b.Settled += r
+			b.Forfeited += r
+			delete(b.Leases, node)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// SyncCmd is one node's periodic batch: the cumulative spend on each of
+// its leases, the escrow it wants added, and a renewal of every lease it
+// holds. Spend is cumulative per lease, so a report applied twice, or an
+// older one applied after a newer, changes nothing.
+type SyncCmd struct {
+	Node string `json:"node"`
+	// Epoch identifies the node's boot; Seq orders its syncs within it.
+	// A sync from a newer epoch first forfeits the leases of older ones:
+	// a restarted node cannot account for what it spent before.
+	Epoch int64       `json:"epoch"`
+	Seq   uint64      `json:"seq"`
+	Usage []UsageItem `json:"usage,omitempty"`
+	Want  []WantItem  `json:"want,omitempty"`
+	// TTL is how long the node's leases last from this sync, in ns.
+	TTL int64 `json:"ttl"`
+}
+
+// UsageItem is the cumulative spend on one lease.
+type UsageItem struct {
+	Tenant  string `json:"tenant"`
+	Period  string `json:"period"`
+	Spent   Nanos  `json:"spent"`
+	Release bool   `json:"release,omitempty"` // the node is done with the lease
+}
+
+// WantItem asks for more escrow for a tenant's current period.
+type WantItem struct {
+	Tenant string `json:"tenant"`
+	Amount Nanos  `json:"amount"`
+}
+
+// SyncResult is every lease the node holds after the sync.
+type SyncResult struct {
+	Leases []LeaseView `json:"leases"`
+	// Exhausted names tenants whose budget could not cover what was
+	// wanted.
+	Exhausted []string `json:"exhausted,omitempty"`
+	Stale     bool     `json:"stale,omitempty"` // the sync was older than one applied
+}
+
+// LeaseView is a lease as its node sees it.
+type LeaseView struct {
+	Tenant  string `json:"tenant"`
+	Period  string `json:"period"`
+	End     int64  `json:"end"` // the period's end, Unix ns
+	Granted Nanos  `json:"granted"`
+	Spent   Nanos  `json:"spent"`
+	Expires int64  `json:"expires"`
+	// Remaining is what the tenant's books could still grant.
+	Remaining Nanos `json:"remaining"`
+}
+
+func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
+	seq := l.s.Nodes[c.Node]
+	switch {
+	case seq == nil || c.Epoch > seq.Epoch:
+		if seq != nil {
+			epoch := c.Epoch
+			l.forfeit(c.Node, func(le *Lease) bool { return le.Epoch < epoch })
+		}
+		seq = &nodeSeq{Epoch: c.Epoch}
+		l.s.Nodes[c.Node] = seq
+	case c.Epoch < seq.Epoch || c.Seq <= seq.Seq:
+		r := l.syncResult(c.Node, now, nil)
+		r.Stale = true
+		return r
+	}
+	seq.Seq = c.Seq
+	for _, u := range c.Usage {
+		b := l.s.Books[u.Tenant+"/"+u.Period]
+		if b == nil {
+			continue
+		}
+		le := b.Leases[c.Node]
+		if le == nil || le.Epoch != c.Epoch {
+			continue // released, forfeited, or another life's
+		}
+		if d := u.Spent - le.Spent; d > 0 {
+			if over := u.Spent - max(le.Granted, le.Spent); over > 0 {
+				b.Overspend += over
+			}
+			le.Spent = u.Spent
+			b.Settled += d
+		}
+		if u.Release {
+			delete(b.Leases, c.Node)
+		}
+	}
+	var exhausted []string
+	for _, w := range c.Want {
+		t := l.s.Tenants[w.Tenant]
+		if t == nil || t.Budget == nil || w.Amount < 0 {
+			continue
+		}
+		b := l.books(t, now)
+		le := b.Leases[c.Node]
+		if le == nil {
+			le = &Lease{Node: c.Node, Epoch: c.Epoch}
+			b.Leases[c.Node] = le
+		}
+		grant := min(w.Amount, b.Limit-b.Settled-b.Reserved())
+		if grant < w.Amount {
+			exhausted = append(exhausted, w.Tenant)
+		}
+		if grant > 0 {
+			le.Granted += grant
+		}
+	}
+	l.renew(c.Node, c.Epoch, now+max(c.TTL, 0))
+	l.close(now)
+	return l.syncResult(c.Node, now, exhausted)
+}
+
+// renew extends the expiry of node's leases of this epoch.
+func (l *Ledger) renew(node string, epoch, until int64) {
+	for _, b := range l.s.Books {
+		if le := b.Leases[node]; le != nil && le.Epoch == epoch && until > le.Expires {
+			le.Expires = until
+		}
+	}
+}
+
+// close drops the books of periods that have ended and hold no escrow.
+func (l *Ledger) close(now int64) {
+	for _, k := range sortedKeys(l.s.Books) {
+		b := l.s.Books[k]
+		if b.End <= now && len(b.Leases) == 0 {
+			delete(l.s.Books, k)
+		}
+	}
+}
+
+func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncResult {
+	r := &SyncResult{Leases: []LeaseView{}, Exhausted: exhausted}
+	for _, k := range sortedKeys(l.s.Books) {
+		b := l.s.Books[k]
+		if le := b.Leases[node]; le != nil {
+			r.Leases = append(r.Leases, LeaseView{
+				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
+				Expires: le.Expires, Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
+			})
+		}
+	}
+	return r
+}
+
+// Check verifies the escrow invariant on every book: settled plus
+// reserved within the limit. It returns the first violation.
+func (l *Ledger) Check() error {
+	for _, k := range sortedKeys(l.s.Books) {
+		b := l.s.Books[k]
+		if s, r := b.Settled, b.Reserved(); s+r > b.Limit {
+			return fmt.Errorf("books %s: settled %v + reserved %v exceed the limit %v", k, s, r, b.Limit)
+		}
+	}
+	return nil
+}
+
+// Snapshot returns the whole state, deterministically encoded.
+func (l *Ledger) Snapshot() ([]byte, error) { return json.Marshal(l.s) }
+
+// Restore replaces the state with a snapshot.
+func (l *Ledger) Restore(b []byte) error {
+	var s state
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("ledger snapshot: %w", err)
+	}
+	l.reset(s)
+	return nil
+}
+
+// Tenant returns a copy of the named tenant.
+func (l *Ledger) Tenant(name string) (Tenant, bool) {
+	t := l.s.Tenants[name]
+	if t == nil {
+		return Tenant{}, false
+	}
+	c := *t
+	c.KeySHA256 = slices.Clone(t.KeySHA256)
+	if t.Budget != nil {
+		b := *t.Budget
+		c.Budget = &b
+	}
+	return c, true
+}
+
+// Tenants returns copies of every tenant, sorted by name.
+func (l *Ledger) Tenants() []Tenant {
+	out := make([]Tenant, 0, len(l.s.Tenants))
+	for _, k := range sortedKeys(l.s.Tenants) {
+		t, _ := l.Tenant(k)
+		out = append(out, t)
+	}
+	return out
+}
+
+// Rates returns every provider's capacity, sorted by provider.
+func (l *Ledger) Rates() []RateCapacity {
+	out := make([]RateCapacity, 0, len(l.s.Rates))
+	for _, k := range sortedKeys(l.s.Rates) {
+		out = append(out, *l.s.Rates[k])
+	}
+	return out
+}
+
+// BookView is one tenant's period as operators see it.
+type BookView struct {
+	Tenant    string `json:"tenant"`
+	Period    string `json:"period"`
+	Limit     Nanos  `json:"limit"`
+	Settled   Nanos  `json:"settled"`
+	Reserved  Nanos  `json:"reserved"`
+	Remaining Nanos  `json:"remaining"`
+	Forfeited Nanos  `json:"forfeited"`
+	Overspend Nanos  `json:"overspend"`
+	Leases    int    `json:"leases"`
+	// Expired counts leases past their expiry and still holding escrow:
+	// their nodes went quiet; the escrow stays until reported or forfeited.
+	Expired int `json:"expired_leases"`
+}
+
+// Books returns every open book, sorted by tenant and period.
+func (l *Ledger) Books() []BookView {
+	out := []BookView{}
+	for _, k := range sortedKeys(l.s.Books) {
+		b := l.s.Books[k]
+		v := BookView{Tenant: b.Tenant, Period: b.Period, Limit: b.Limit, Settled: b.Settled, Reserved: b.Reserved(),
+			Forfeited: b.Forfeited, Overspend: b.Overspend, Leases: len(b.Leases)}
+		v.Remaining = max(b.Limit-v.Settled-v.Reserved, 0)
+		for _, le := range b.Leases {
+			if le.Expires <= l.s.Time && le.Reserved() > 0 {
+				v.Expired++
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Time returns the timestamp of the last command applied.
+func (l *Ledger) Time() int64 { return l.s.Time }
+

@@ -1,0 +1,107 @@
+package consensus
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func cmd(t testing.TB, id, typ string, at int64, body any) Command {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Command{ID: id, Type: typ, Time: at, Body: b}
+}
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixNano()
+
+func TestEscrowLifecycle(t *testing.T) {
+	l := NewLedger()
+	must := func(r Result) Result {
+		t.Helper()
+		if r.Err != "" {
+			t.Fatal(r.Err)
+		}
+		if err := l.Check(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	must(l.Apply(cmd(t, "1", CmdSeedTenant, t0, Tenant{Name: "acme", Budget: &Budget{Limit: 10 * NanosPerUSD, Period: PeriodMonth}})))
+	// Seeding again changes nothing.
+	must(l.Apply(cmd(t, "2", CmdSeedTenant, t0, Tenant{Name: "acme", Budget: &Budget{Limit: 1, Period: PeriodDay}})))
+	if tn, _ := l.Tenant("acme"); tn.Budget.Limit != 10*NanosPerUSD {
+		t.Fatal("seed replaced an existing tenant")
+	}
+	ttl := int64(30 * time.Second)
+	r := must(l.Apply(cmd(t, "3", CmdSync, t0, SyncCmd{Node: "a", Epoch: 1, Seq: 1, TTL: ttl, Want: []WantItem{{"acme", 4 * NanosPerUSD}}})))
+	if lv := r.Sync.Leases; len(lv) != 1 || lv[0].Granted != 4*NanosPerUSD || lv[0].Period != "2026-11" || lv[0].Expires != t0+ttl {
+		t.Fatalf("grant: %+v", r.Sync)
+	}
+	r = must(l.Apply(cmd(t, "4", CmdSync, t0, SyncCmd{Node: "b", Epoch: 1, Seq: 1, TTL: ttl, Want: []WantItem{{"acme", 8 * NanosPerUSD}}})))
+	if lv := r.Sync.Leases; lv[0].Granted != 6*NanosPerUSD || len(r.Sync.Exhausted) != 1 || lv[0].Remaining != 0 {
+		t.Fatalf("partial grant: %+v", r.Sync)
+	}
+	// a spends $1.5 (cumulative); a duplicate and an older report change nothing.
+	must(l.Apply(cmd(t, "5", CmdSync, t0+1, SyncCmd{Node: "a", Epoch: 1, Seq: 2, TTL: ttl, Usage: []UsageItem{{"acme", "2026-11", NanosPerUSD * 3 / 2, false}}})))
+	dup := must(l.Apply(cmd(t, "5", CmdSync, t0+1, SyncCmd{Node: "a", Epoch: 1, Seq: 2, TTL: ttl, Usage: []UsageItem{{"acme", "2026-11", NanosPerUSD * 3 / 2, false}}})))
+	if !dup.Duplicate || dup.Sync == nil || dup.Sync.Leases[0].Spent != NanosPerUSD*3/2 {
+		t.Fatalf("a retried sync must learn its leases: %+v", dup)
+	}
+	must(l.Apply(cmd(t, "6", CmdSync, t0+1, SyncCmd{Node: "a", Epoch: 1, Seq: 1, Usage: []UsageItem{{"acme", "2026-11", NanosPerUSD, false}}})))
+	bv := l.Books()[0]
+	if bv.Settled != NanosPerUSD*3/2 || bv.Reserved != 10*NanosPerUSD-NanosPerUSD*3/2 {
+		t.Fatalf("books %+v", bv)
+	}
+	// a releases its lease: the rest of its escrow returns.
+	must(l.Apply(cmd(t, "7", CmdSync, t0+2, SyncCmd{Node: "a", Epoch: 1, Seq: 3, Usage: []UsageItem{{"acme", "2026-11", 2 * NanosPerUSD, true}}})))
+	bv = l.Books()[0]
+	if bv.Settled != 2*NanosPerUSD || bv.Reserved != 6*NanosPerUSD || bv.Remaining != 2*NanosPerUSD || bv.Leases != 1 {
+		t.Fatalf("after release %+v", bv)
+	}
+	// b restarts: its new epoch forfeits the old lease's escrow as spent.
+	must(l.Apply(cmd(t, "8", CmdSync, t0+3, SyncCmd{Node: "b", Epoch: 2, Seq: 1, TTL: ttl})))
+	bv = l.Books()[0]
+	if bv.Settled != 8*NanosPerUSD || bv.Forfeited != 6*NanosPerUSD || bv.Reserved != 0 {
+		t.Fatalf("after b's restart %+v", bv)
+	}
+	// A new month opens fresh books; the old ones close once empty.
+	next := time.Date(2026, 12, 1, 0, 0, 1, 0, time.UTC).UnixNano()
+	r = must(l.Apply(cmd(t, "9", CmdSync, next, SyncCmd{Node: "b", Epoch: 2, Seq: 2, TTL: ttl, Want: []WantItem{{"acme", NanosPerUSD}}})))
+	if lv := r.Sync.Leases; len(lv) != 1 || lv[0].Period != "2026-12" || lv[0].Granted != NanosPerUSD {
+		t.Fatalf("new period: %+v", r.Sync)
+	}
+	if bs := l.Books(); len(bs) != 1 || bs[0].Period != "2026-12" {
+		t.Fatalf("old books not closed: %+v", bs)
+	}
+	// Unknown commands are errors, not panics.
+	if r := l.Apply(cmd(t, "10", "launch_rockets", next, nil)); !strings.Contains(r.Err, "unknown command") {
+		t.Fatalf("unknown: %+v", r)
+	}
+}
+
+func TestSnapshotRoundTripIsExact(t *testing.T) {
+	l := NewLedger()
+	l.Apply(cmd(t, "1", CmdPutTenant, t0, Tenant{Name: "acme", KeySHA256: []string{"ab"}, Residency: "eu", Budget: &Budget{Limit: 5, Period: PeriodDay}}))
+	l.Apply(cmd(t, "2", CmdPutRate, t0, RateCapacity{Provider: "p", RPM: 600, TPM: 1000}))
+	l.Apply(cmd(t, "3", CmdSync, t0, SyncCmd{Node: "a", Epoch: 1, Seq: 1, Want: []WantItem{{"acme", 3}}}))
+	a, err := l.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewLedger()
+	if err := m.Restore(a); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := m.Snapshot()
+	if string(a) != string(b) {
+		t.Fatalf("snapshot not stable:\n%s\n%s", a, b)
+	}
+	// The restored ledger still recognises applied IDs.
+	if r := m.Apply(cmd(t, "3", CmdSync, t0, SyncCmd{Node: "a", Epoch: 1, Seq: 1, Want: []WantItem{{"acme", 3}}})); !r.Duplicate {
+		t.Fatal("dedup lost in the snapshot")
+	}
+}

@@ -1,0 +1,242 @@
+package consensus
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// RateHolder is a node's share of each rate-limited provider's mesh-wide
+// capacity, leased from the leader and renewed in the background; the
+// request path only reads and counts it (route.QuotaGate). A request is
+// admitted while what the node sent the provider in the last minute stays
+// under its share, in requests and in tokens.
+//
+// Without a lease (before the first renewal, or when the leader cannot be
+// reached until it expires) a node uses a safe share: the capacity divided
+// by the number of nodes in the mesh, which all of them may use at once.
+type RateHolder struct {
+	node   string
+	caps   map[string][2]float64 // provider → configured rpm, tpm (0: none)
+	renew  func(ctx context.Context, demands []Demand) ([]Grant, time.Duration, time.Duration, error)
+	nodes  func() int // nodes in the mesh, for the safe share
+	window time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	shares map[string]*rateShare
+}
+
+var _ route.QuotaGate = (*RateHolder)(nil)
+
+type rateShare struct {
+	rpm, tpm  float64
+	unlimited bool
+	expires   time.Time
+	saw429    bool
+	sent      []time.Time // requests taken, oldest first (within the window)
+	tokens    []tokenRec  // tokens taken, oldest first
+	tokenSum  float64
+	wanted    []time.Time // attempts, and requests refused for want of a share
+}
+
+// maxWanted bounds the demand a node counts per window: beyond it, it
+// already asks for more than any capacity.
+const maxWanted = 1 << 17
+
+type tokenRec struct {
+	at time.Time
+	n  float64
+}
+
+// NewRateHolder returns a holder for providers with configured limits.
+// renew asks the leader for shares; nodes counts the mesh.
+func NewRateHolder(node string, providers []*route.Provider, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int) *RateHolder {
+	h := &RateHolder{node: node, caps: map[string][2]float64{}, renew: renew, nodes: nodes, window: time.Minute, now: time.Now, shares: map[string]*rateShare{}}
+	for _, p := range providers {
+		if p.RPM > 0 || p.TPM > 0 {
+			h.caps[p.Name] = [2]float64{float64(p.RPM), float64(p.TPM)}
+			h.shares[p.Name] = &rateShare{}
+		}
+	}
+	return h
+}
+
+// limits returns the share in force for s now.
+func (h *RateHolder) limits(p string, s *rateShare, now time.Time) (rpm, tpm float64) {
+	if s.unlimited {
+		return math.Inf(1), math.Inf(1)
+	}
+	if now.Before(s.expires) {
+		return s.rpm, s.tpm
+	}
+	c, n := h.caps[p], float64(max(h.nodes(), 1))
+	rpm, tpm = math.Inf(1), math.Inf(1)
+	if c[0] > 0 {
+		rpm = math.Floor(c[0] / n)
+	}
+	if c[1] > 0 {
+		tpm = math.Floor(c[1] / n)
+	}
+	return rpm, tpm
+}
+
+func (s *rateShare) trim(now time.Time, window time.Duration) {
+	cut := now.Add(-window)
+	i, _ := slices.BinarySearchFunc(s.sent, cut, func(t, c time.Time) int { return t.Compare(c) })
+	s.sent = s.sent[i:]
+	j := 0
+	for j < len(s.tokens) && !s.tokens[j].at.After(cut) {
+		s.tokenSum -= s.tokens[j].n
+		j++
+	}
+	s.tokens = s.tokens[j:]
+	k, _ := slices.BinarySearchFunc(s.wanted, cut, func(t, c time.Time) int { return t.Compare(c) })
+	s.wanted = s.wanted[k:]
+}
+
+func (h *RateHolder) check(provider string, tokens int, now time.Time, take bool) (bool, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.shares[provider]
+	if s == nil {
+		return true, 0 // no mesh-wide limit
+	}
+	s.trim(now, h.window)
+	rpm, tpm := h.limits(provider, s, now)
+	okReq := float64(len(s.sent)) < rpm
+	okTok := s.tokenSum+float64(tokens) <= tpm || (s.tokenSum == 0 && float64(tokens) > tpm && tpm > 0)
+	// Demand is every attempt, and every request refused for want of a
+	// share: what the node would send if it could.
+	if (take || !okReq || !okTok) && len(s.wanted) < maxWanted {
+		s.wanted = append(s.wanted, now)
+	}
+	if !okReq || !okTok {
+		wait := time.Second
+		if !okReq && len(s.sent) > 0 {
+			wait = max(s.sent[0].Add(h.window).Sub(now), time.Second)
+		}
+		return false, wait
+	}
+	if take {
+		s.sent = append(s.sent, now)
+		s.tokens = append(s.tokens, tokenRec{at: now, n: float64(tokens)})
+		s.tokenSum += float64(tokens)
+	}
+	return true, 0
+}
+
+// Allow implements route.QuotaGate.
+func (h *RateHolder) Allow(provider string, tokens int, now time.Time) (bool, time.Duration) {
+	return h.check(provider, tokens, now, false)
+}
+
+// Take implements route.QuotaGate.
+func (h *RateHolder) Take(provider string, tokens int, now time.Time) (bool, time.Duration) {
+	return h.check(provider, tokens, now, true)
+}
+
+// Return implements route.QuotaGate: tokens estimated but not used are
+// taken off the newest entry (a negative count adds what was used beyond
+// the estimate).
+func (h *RateHolder) Return(provider string, tokens int, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.shares[provider]
+	if s == nil || len(s.tokens) == 0 {
+		return
+	}
+	last := &s.tokens[len(s.tokens)-1]
+	d := math.Min(float64(tokens), last.n)
+	last.n -= d
+	s.tokenSum -= d
+}
+
+// RateLimited tells the holder a provider answered 429: the next renewal
+// reports it, and the leader hands out less of that provider.
+func (h *RateHolder) RateLimited(provider string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.shares[provider]; s != nil {
+		s.saw429 = true
+	}
+}
+
+// Run renews the shares until ctx ends: at once, then as the leader asks.
+func (h *RateHolder) Run(ctx context.Context) {
+	if len(h.caps) == 0 {
+		return
+	}
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		refresh, err := h.renewOnce(ctx)
+		if err != nil {
+			wait = time.Second
+			continue
+		}
+		wait = refresh
+	}
+}
+
+// renewOnce sends one renewal and applies the grants.
+func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
+	now := h.now()
+	h.mu.Lock()
+	demands := make([]Demand, 0, len(h.shares))
+	for _, p := range sortedKeys(h.shares) {
+		s := h.shares[p]
+		s.trim(now, h.window)
+		// Demand: requests asked for over the last minute, with a
+		// margin, and tokens in proportion to what was sent.
+		want := float64(len(s.wanted)) * 1.25
+		perReq := 1.0
+		if len(s.sent) > 0 {
+			perReq = s.tokenSum / float64(len(s.sent))
+		}
+		d := Demand{Provider: p, WantRPM: want, WantTPM: want * math.Max(perReq, 1), Saw429: s.saw429}
+		if now.Before(s.expires) {
+			d.HeldRPM, d.HeldTPM = s.rpm, s.tpm
+		}
+		demands = append(demands, d)
+	}
+	h.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	grants, lease, refresh, err := h.renew(rctx, demands)
+	if err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, g := range grants {
+		s := h.shares[g.Provider]
+		if s == nil {
+			continue
+		}
+		s.rpm, s.tpm, s.unlimited = g.RPM, g.TPM, g.Unlimited
+		s.expires = now.Add(lease)
+		s.saw429 = false
+	}
+	return refresh, nil
+}
+
+// Shares returns each provider's share in force, for operators.
+func (h *RateHolder) Shares(now time.Time) map[string][2]float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string][2]float64{}
+	for p, s := range h.shares {
+		rpm, tpm := h.limits(p, s, now)
+		out[p] = [2]float64{rpm, tpm}
+	}
+	return out
+}

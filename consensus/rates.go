@@ -1,0 +1,220 @@
+package consensus
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Demand is what one node wants of one provider's rate capacity, and what
+// it holds now.
+type Demand struct {
+	Provider         string
+	WantRPM, WantTPM float64
+	HeldRPM, HeldTPM float64
+	Saw429           bool // the provider refused this node since its last renewal
+}
+
+// Grant is a node's share of one provider's capacity, per minute.
+type Grant struct {
+	Provider  string
+	RPM, TPM  float64
+	Unlimited bool // no mesh-wide limit
+}
+
+// allocator is the leader's division of each provider's RPM and TPM among
+// the nodes that ask, in proportion to their demand, as Google's Doorman
+// does. It is soft state, rebuilt by each new leader.
+//
+// Limits are per minute, and a node admits a request only while what it
+// sent in the last minute is below its current share. A node's count over
+// any minute is therefore at most the largest share it held during that
+// minute, so the allocator treats a node as holding the largest share it
+// was granted over the last window plus its lease, and never hands out
+// more than the capacity minus what the others hold in that sense. A share
+// taken from one node reaches another only once the window has passed.
+//
+// After a leadership change, a new leader does not know what nodes hold
+// until they renew: for one lease plus one window it only confirms, never
+// raises, what each node says it holds (Doorman's learning mode).
+//
+// A provider's own 429s shrink the capacity handed out (multiplicatively;
+// it recovers slowly while no node reports one).
+type allocator struct {
+	lease, window time.Duration
+
+	mu         sync.Mutex
+	caps       map[string]RateCapacity
+	factor     map[string]*backoff
+	holders    map[string]map[string]*holding // provider → node
+	learnUntil time.Time
+}
+
+type holding struct {
+	wantRPM, wantTPM float64
+	seen             time.Time
+	grants           []grantRec // recent, oldest first
+}
+
+type grantRec struct {
+	expires  time.Time
+	rpm, tpm float64
+}
+
+// backoff is the fraction of a provider's capacity handed out.
+type backoff struct {
+	f    float64
+	last time.Time // of the last cut
+}
+
+func newAllocator(lease, window time.Duration) *allocator {
+	if lease <= 0 {
+		lease = 30 * time.Second
+	}
+	if window <= 0 {
+		window = time.Minute
+	}
+	return &allocator{
+		lease: lease, window: window,
+		caps:    map[string]RateCapacity{},
+		factor:  map[string]*backoff{},
+		holders: map[string]map[string]*holding{},
+	}
+}
+
+// startLearning begins a new leader's term: what nodes hold is unknown.
+func (a *allocator) startLearning(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holders = map[string]map[string]*holding{}
+	a.learnUntil = now.Add(a.lease + a.window)
+}
+
+func (a *allocator) setCapacities(caps []RateCapacity) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.caps = map[string]RateCapacity{}
+	for _, c := range caps {
+		a.caps[c.Provider] = c
+	}
+}
+
+// grant answers one node's renewal.
+func (a *allocator) grant(node string, demands []Demand, now time.Time) []Grant {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Grant, 0, len(demands))
+	for _, d := range demands {
+		c, ok := a.caps[d.Provider]
+		if !ok || (c.RPM == 0 && c.TPM == 0) {
+			out = append(out, Grant{Provider: d.Provider, Unlimited: true})
+			continue
+		}
+		f := a.cut(d.Provider, d.Saw429, now)
+		hs := a.holders[d.Provider]
+		if hs == nil {
+			hs = map[string]*holding{}
+			a.holders[d.Provider] = hs
+		}
+		h := hs[node]
+		if h == nil {
+			h = &holding{}
+			hs[node] = h
+		}
+		h.wantRPM, h.wantTPM, h.seen = max(d.WantRPM, 1), max(d.WantTPM, 1), now
+		if now.Before(a.learnUntil) && len(h.grants) == 0 && (d.HeldRPM > 0 || d.HeldTPM > 0) {
+			// Learning: what the node says it holds counts as held.
+			h.grants = append(h.grants, grantRec{expires: now.Add(a.lease), rpm: d.HeldRPM, tpm: d.HeldTPM})
+		}
+		g := Grant{Provider: d.Provider}
+		g.RPM = a.share(hs, node, now, float64(c.RPM)*f, func(h *holding) float64 { return h.wantRPM }, func(r grantRec) float64 { return r.rpm }, d.HeldRPM)
+		g.TPM = a.share(hs, node, now, float64(c.TPM)*f, func(h *holding) float64 { return h.wantTPM }, func(r grantRec) float64 { return r.tpm }, d.HeldTPM)
+		if c.RPM == 0 {
+			g.RPM = math.Inf(1)
+		}
+		if c.TPM == 0 {
+			g.TPM = math.Inf(1)
+		}
+		h.grants = append(h.grants, grantRec{expires: now.Add(a.lease), rpm: g.RPM, tpm: g.TPM})
+		a.prune(hs, now)
+		out = append(out, g)
+	}
+	return out
+}
+
+// share computes one node's share of one dimension (requests or tokens)
+// of capacity c.
+func (a *allocator) share(hs map[string]*holding, node string, now time.Time, c float64,
+	want func(*holding) float64, of func(grantRec) float64, held float64) float64 {
+	if c == 0 {
+		return 0
+	}
+	var others, total float64
+	active := 0
+	for name, h := range hs {
+		if now.Sub(h.seen) > a.lease {
+			continue // not asking any more
+		}
+		active++
+		total += want(h)
+		if name != node {
+			others += a.committed(h, now, of)
+		}
+	}
+	me := hs[node]
+	var target float64
+	if total <= c {
+		target = want(me) + (c-total)/float64(max(active, 1))
+	} else {
+		target = c * want(me) / total
+	}
+	if now.Before(a.learnUntil) {
+		target = min(target, held)
+	}
+	return math.Max(0, math.Floor(min(target, c-others)))
+}
+
+// committed is the most a node may have admitted over the last window:
+// the largest share it held in it, or since.
+func (a *allocator) committed(h *holding, now time.Time, of func(grantRec) float64) float64 {
+	var m float64
+	for _, g := range h.grants {
+		if g.expires.Add(a.window).After(now) {
+			m = max(m, of(g))
+		}
+	}
+	return m
+}
+
+// prune drops grants that can no longer matter, and nodes with none.
+func (a *allocator) prune(hs map[string]*holding, now time.Time) {
+	for name, h := range hs {
+		i := 0
+		for i < len(h.grants)-1 && !h.grants[i].expires.Add(a.window).After(now) {
+			i++
+		}
+		h.grants = h.grants[i:]
+		if len(h.grants) == 1 && !h.grants[0].expires.Add(a.window).After(now) && now.Sub(h.seen) > a.lease {
+			delete(hs, name)
+		}
+	}
+}
+
+// cut shrinks the handed-out fraction on a 429 (at most every five
+// seconds, to 0.8 of what it was, never below a tenth) and otherwise lets
+// it recover by a hundredth a renewal.
+func (a *allocator) cut(provider string, saw429 bool, now time.Time) float64 {
+	b := a.factor[provider]
+	if b == nil {
+		b = &backoff{f: 1}
+		a.factor[provider] = b
+	}
+	switch {
+	case saw429 && now.Sub(b.last) >= 5*time.Second:
+		b.f = math.Max(0.1, b.f*0.8)
+		b.last = now
+	case !saw429:
+		b.f = math.Min(1, b.f+0.01)
+	}
+	return b.f
+}
