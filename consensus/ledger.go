@@ -560,4 +560,3 @@ func (l *Ledger) Books() []BookView {
 
 // Time returns the timestamp of the last command applied.
 func (l *Ledger) Time() int64 { return l.s.Time }
-
