@@ -53,9 +53,10 @@ type localLease struct {
 	reported       Nanos // spent as the leader last acknowledged
 	inflight       Nanos // reserved by attempts under way
 	expires        time.Time
-	remaining      Nanos // the books' unleased budget at the last sync
-	largest        Nanos // largest reservation seen, to size top-ups
-	rate           float64
+	remaining      Nanos   // the books' unleased budget at the last sync
+	largest        Nanos   // largest reservation seen, to size top-ups
+	peak           Nanos   // most reserved at once since the last sync
+	rate           float64 // spend per second, a moving average
 	rateAt         time.Time
 	rateSpent      Nanos
 }
@@ -109,6 +110,7 @@ func (h *BudgetHolder) Reserve(tenant string, usd float64, now time.Time) (route
 	if l != nil && now.Before(l.expires) && l.free() >= upper {
 		l.inflight += upper
 		l.largest = max(l.largest, upper)
+		l.peak = max(l.peak, l.inflight)
 		return &escrowHold{h: h, l: l, upper: upper}, nil
 	}
 	h.need[tenant] = max(h.need[tenant], upper)
@@ -216,10 +218,15 @@ func (h *BudgetHolder) leaseList() []*localLease {
 
 func (h *BudgetHolder) isRetired(l *localLease) bool { return h.leases[l.tenant] != l }
 
-// wantLocked is the escrow to ask for tenant: enough for what the request
-// path found missing and for a while of spending at the recent rate, with
-// room for a few of the largest requests; never more than half of what is
-// left unleased, so that other nodes find some too.
+// escrowHorizon is how long a node's escrow should last at its recent
+// rate of spending without a top-up: long enough to ride out a Raft
+// election.
+const escrowHorizon = 15 * time.Second
+
+// wantLocked is the escrow to ask for tenant: room for twice the most the
+// node has had reserved at once, plus escrowHorizon of spending at the
+// recent rate, and for what the request path found missing; never more
+// than half of what is left unleased, so that other nodes find some too.
 func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	l := h.leases[tenant]
 	need := h.need[tenant]
@@ -229,7 +236,7 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	if !now.Before(l.expires) {
 		return max(need, minEscrow) // re-granted escrow on renewal
 	}
-	target := max(need*2, 4*l.largest, Nanos(l.rate*float64(h.ttl/time.Second)), minEscrow)
+	target := max(need*2, 2*l.peak+Nanos(l.rate*escrowHorizon.Seconds()), 4*l.largest, minEscrow)
 	free := l.free()
 	if free >= target/2 && need <= free {
 		return 0
@@ -271,9 +278,10 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 		// sync, which is after now; spending stops a fifth of the lease
 		// earlier still, clear of any drift between the two clocks.
 		l.expires = now.Add(h.ttl * 4 / 5)
-		if dt := now.Sub(l.rateAt).Seconds(); dt >= 5 {
-			l.rate = 0.5*l.rate + 0.5*float64(l.spent-l.rateSpent)/dt
+		if dt := now.Sub(l.rateAt).Seconds(); dt >= 1 {
+			l.rate = 0.7*l.rate + 0.3*float64(l.spent-l.rateSpent)/dt
 			l.rateAt, l.rateSpent = now, l.spent
+			l.peak = l.inflight
 		}
 	}
 	for tenant, l := range h.leases {
@@ -309,4 +317,17 @@ func newCommand(id, typ string, body any) (Command, error) {
 		return Command{}, err
 	}
 	return Command{ID: id, Type: typ, Body: b}, nil
+}
+
+// Escrow reports what the holder holds: leases, escrow still free to
+// spend, and escrow reserved by attempts under way.
+func (h *BudgetHolder) Escrow() (leases int, free, inflight Nanos) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range append(h.leaseList(), h.retired...) {
+		leases++
+		free += max(l.free(), 0)
+		inflight += l.inflight
+	}
+	return leases, free, inflight
 }

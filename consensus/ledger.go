@@ -28,6 +28,7 @@ const (
 	CmdPutRate    = "put_rate"    // set a provider's capacity
 	CmdSync       = "sync"        // a node reports usage and asks for escrow
 	CmdForfeit    = "forfeit"     // write off a node's unreported escrow as spent
+	CmdRateMark   = "rate_mark"   // rate shares may be held until a time
 )
 
 // dedupWindow is how long a command ID is remembered.
@@ -109,6 +110,10 @@ type state struct {
 	Nodes   map[string]*nodeSeq      `json:"nodes"`
 	Applied []applied                `json:"applied"` // oldest first
 	Time    int64                    `json:"time"`    // of the last command
+	// RatesUntil is when rate shares granted by a leader so far may have
+	// stopped mattering (their lease and window over): a new leader that
+	// finds it in the future must learn what nodes hold before granting.
+	RatesUntil int64 `json:"rates_until,omitempty"`
 }
 
 // Ledger is the pure state machine behind Raft: deterministic, no clock,
@@ -246,6 +251,14 @@ func (l *Ledger) apply(cmd Command) Result {
 			return Result{}
 		}
 		l.s.Rates[r.Provider] = &r
+	case CmdRateMark:
+		var c struct {
+			Until int64 `json:"until"`
+		}
+		if err := json.Unmarshal(cmd.Body, &c); err != nil {
+			return fail(fmt.Errorf("%w: rate mark", ErrInvalid))
+		}
+		l.s.RatesUntil = max(l.s.RatesUntil, c.Until)
 	case CmdSync:
 		var c SyncCmd
 		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {
@@ -557,6 +570,9 @@ func (l *Ledger) Books() []BookView {
 	}
 	return out
 }
+
+// RatesUntil returns until when rate shares granted so far may matter.
+func (l *Ledger) RatesUntil() int64 { return l.s.RatesUntil }
 
 // Time returns the timestamp of the last command applied.
 func (l *Ledger) Time() int64 { return l.s.Time }

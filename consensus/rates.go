@@ -36,7 +36,11 @@ type Grant struct {
 //
 // After a leadership change, a new leader does not know what nodes hold
 // until they renew: for one lease plus one window it only confirms, never
-// raises, what each node says it holds (Doorman's learning mode).
+// raises, what each node says it holds (Doorman's learning mode). The
+// ledger records until when shares granted so far may matter (a leader
+// marks it every few seconds while it grants), so a leader that finds no
+// such mark — a new cluster, or one idle for a while — has nothing to
+// learn and grants at once.
 //
 // A provider's own 429s shrink the capacity handed out (multiplicatively;
 // it recovers slowly while no node reports one).
@@ -48,6 +52,7 @@ type allocator struct {
 	factor     map[string]*backoff
 	holders    map[string]map[string]*holding // provider → node
 	learnUntil time.Time
+	granted    time.Time // the last grant of a limited share
 }
 
 type holding struct {
@@ -82,12 +87,30 @@ func newAllocator(lease, window time.Duration) *allocator {
 	}
 }
 
-// startLearning begins a new leader's term: what nodes hold is unknown.
-func (a *allocator) startLearning(now time.Time) {
+// startLearning begins a new leader's term: what nodes hold is unknown
+// until marked, a time the ledger recorded (zero: nothing to learn).
+func (a *allocator) startLearning(now, marked time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.holders = map[string]map[string]*holding{}
-	a.learnUntil = now.Add(a.lease + a.window)
+	a.learnUntil = time.Time{}
+	if marked.After(now) {
+		a.learnUntil = now.Add(a.lease + a.window)
+		if marked.Before(a.learnUntil) {
+			a.learnUntil = marked
+		}
+	}
+}
+
+// horizon is until when the shares granted so far may matter, for the
+// ledger's mark; zero when none was granted.
+func (a *allocator) horizon() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.granted.IsZero() {
+		return time.Time{}
+	}
+	return a.granted.Add(a.lease + a.window)
 }
 
 func (a *allocator) setCapacities(caps []RateCapacity) {
@@ -136,6 +159,7 @@ func (a *allocator) grant(node string, demands []Demand, now time.Time) []Grant 
 			g.TPM = math.Inf(1)
 		}
 		h.grants = append(h.grants, grantRec{expires: now.Add(a.lease), rpm: g.RPM, tpm: g.TPM})
+		a.granted = now
 		a.prune(hs, now)
 		out = append(out, g)
 	}
@@ -149,24 +173,35 @@ func (a *allocator) share(hs map[string]*holding, node string, now time.Time, c 
 	if c == 0 {
 		return 0
 	}
-	var others, total float64
+	var others float64
 	active := 0
 	for name, h := range hs {
 		if now.Sub(h.seen) > a.lease {
 			continue // not asking any more
 		}
 		active++
-		total += want(h)
 		if name != node {
 			others += a.committed(h, now, of)
 		}
 	}
+	// Every node wants at least half an even share, so that one that
+	// starts or idles can still send at once; beyond that, what it asked
+	// for. Spare capacity is not handed out: a share once granted holds
+	// its capacity for a window, and a greedy grant would starve the
+	// others for that long. Demand counts refused requests, so a busy
+	// node's share grows renewal by renewal.
+	floor := c / float64(2*max(active, 1))
+	wantOf := func(h *holding) float64 { return max(want(h), floor) }
+	var total float64
+	for _, h := range hs {
+		if now.Sub(h.seen) <= a.lease {
+			total += wantOf(h)
+		}
+	}
 	me := hs[node]
-	var target float64
-	if total <= c {
-		target = want(me) + (c-total)/float64(max(active, 1))
-	} else {
-		target = c * want(me) / total
+	target := wantOf(me)
+	if total > c {
+		target = c * wantOf(me) / total
 	}
 	if now.Before(a.learnUntil) {
 		target = min(target, held)

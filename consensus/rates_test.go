@@ -19,7 +19,7 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 	clock := time.Unix(1_000_000, 0)
 	a := newAllocator(30*time.Second, time.Minute)
 	a.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
-	a.startLearning(clock.Add(-time.Hour)) // a leader that has been up a while
+	a.startLearning(clock, time.Time{}) // a new cluster: nothing to learn
 	providers := []*route.Provider{{Name: "p", RPM: capacity}}
 	var holders []*RateHolder
 	for i := range 3 {
@@ -44,7 +44,7 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 			}
 		}
 		if sec == 300 {
-			a.startLearning(clock) // a new leader, knowing nothing
+			a.startLearning(clock, a.horizon()) // a new leader, knowing nothing
 		}
 		demand := phases[sec/120]
 		n := 0
@@ -93,7 +93,7 @@ func TestRateCutOn429(t *testing.T) {
 	now := time.Unix(0, 0)
 	a := newAllocator(30*time.Second, time.Minute)
 	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 1000}})
-	a.startLearning(now.Add(-time.Hour))
+	a.startLearning(now, time.Time{})
 	full := a.grant("n", []Demand{{Provider: "p", WantRPM: 5000}}, now)[0].RPM
 	cut := a.grant("n", []Demand{{Provider: "p", WantRPM: 5000, Saw429: true}}, now.Add(time.Hour))[0].RPM
 	if full != 1000 || cut >= full {
@@ -111,7 +111,7 @@ func TestShareMovesOnlyAfterTheWindow(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	a := newAllocator(30*time.Second, time.Minute)
 	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
-	a.startLearning(t0.Add(-time.Hour))
+	a.startLearning(t0, time.Time{})
 	big := a.grant("a", []Demand{{Provider: "p", WantRPM: 5000}}, t0)[0].RPM
 	// a's demand falls; it renews and gets little.
 	small := a.grant("a", []Demand{{Provider: "p", WantRPM: 1}}, t0.Add(10*time.Second))[0].RPM

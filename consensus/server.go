@@ -148,6 +148,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}, nil
 }
 
+// ObserveApply sets a function told how long each apply took (metrics).
+// Call it before Start.
+func (s *Server) ObserveApply(f func(time.Duration)) { s.applyObserver = f }
+
 // FSM returns the replica's state machine, for reads.
 func (s *Server) FSM() *FSM { return s.fsm }
 
@@ -351,7 +355,9 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 		return
 	}
 	s.log.Info("raft leadership acquired")
-	s.rates.startLearning(s.now())
+	var ratesUntil int64
+	s.fsm.Read(func(l *Ledger) { ratesUntil = l.RatesUntil() })
+	s.rates.startLearning(s.now(), time.Unix(0, ratesUntil))
 	if s.cfg.Seed != nil {
 		for _, c := range s.cfg.Seed() {
 			if _, err := s.Apply(context.Background(), c); err != nil {
@@ -362,6 +368,9 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	s.syncCapacities()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
+	mark := time.NewTicker(rateMarkEvery)
+	defer mark.Stop()
+	var marked time.Time
 	for {
 		s.reconcile()
 		select {
@@ -372,9 +381,23 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			return
 		case <-t.C:
 			s.syncCapacities()
+		case <-mark.C:
+			// Record (once every few seconds, not per grant) until when
+			// the shares granted may matter, with room for the grants
+			// until the next mark.
+			if h := s.rates.horizon(); h.After(marked) {
+				until := h.Add(2 * rateMarkEvery)
+				c, _ := newCommand("", CmdRateMark, map[string]int64{"until": until.UnixNano()})
+				if _, err := s.Apply(context.Background(), c); err == nil {
+					marked = h
+				}
+			}
 		}
 	}
 }
+
+// rateMarkEvery is how often a leader that grants rate shares records it.
+const rateMarkEvery = 5 * time.Second
 
 // reconcile adds alive voters the configuration lacks and removes those
 // that left the mesh for good. Failed voters stay: they may come back, and
@@ -519,6 +542,10 @@ func (s *Server) State() string {
 	}
 	return s.raft.State().String()
 }
+
+// Snapshot takes a Raft snapshot now (it also happens on its own after
+// SnapshotThreshold entries).
+func (s *Server) Snapshot() error { return s.raft.Snapshot().Error() }
 
 // TransferLeadership hands leadership to another voter, if this one leads.
 func (s *Server) TransferLeadership() error {

@@ -284,7 +284,7 @@ func TestMetaLimit(t *testing.T) {
 	}
 	// Round trip of every field, at the limit's edge.
 	full := Meta{Region: strings.Repeat("r", 100), Jurisdiction: "eu", Voter: true, State: StateDraining,
-		RPC: "[2001:db8::1]:7070", HTTP: "10.0.0.5:8080", Build: strings.Repeat("b", 280)}
+		RPC: "[2001:db8::1]:7070", HTTP: "10.0.0.5:8080", Build: strings.Repeat("b", 260), Raft: "10.0.0.5:7947"}
 	b, err := full.Encode()
 	if err != nil {
 		t.Fatal(err)

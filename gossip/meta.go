@@ -43,6 +43,7 @@ type Meta struct {
 	RPC          string    // host:port of its gRPC server
 	HTTP         string    // host:port of its HTTP API
 	Build        string    // build version
+	Raft         string    // host:port of its Raft transport (voters)
 }
 
 // MetaLimit is the most bytes memberlist carries as node metadata.
@@ -65,6 +66,7 @@ func (m Meta) Encode() ([]byte, error) {
 	e.str(m.RPC)
 	e.str(m.HTTP)
 	e.str(m.Build)
+	e.str(m.Raft)
 	if len(e.b) > MetaLimit {
 		return nil, fmt.Errorf("%w (%d bytes)", ErrMetaTooLarge, len(e.b))
 	}
@@ -85,6 +87,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 		RPC:          d.str(),
 		HTTP:         d.str(),
 		Build:        d.str(),
+	}
+	if d.err == nil && len(d.b) > 0 { // added after the first release
+		m.Raft = d.str()
 	}
 	if d.err != nil {
 		return Meta{}, fmt.Errorf("gossip: decode metadata: %w", d.err)

@@ -4,19 +4,25 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/llmesh/llmesh/consensus"
 
 	"github.com/llmesh/llmesh/route"
 )
 
 var (
-	errAdminToken  = errors.New("this admin endpoint needs the admin token: send Authorization: Bearer TOKEN")
-	errAdminRemote = errors.New("without an admin token the admin API answers only on loopback: set node.admin_token_env")
-	errNoGossip    = errors.New("this node does not gossip: set node.gossip")
+	errNoLedger          = errors.New("this node has no part in the ledger: it is not a voter and does not gossip")
+	errLedgerUnavailable = errors.New("the ledger cannot be reached")
+	errAdminToken        = errors.New("this admin endpoint needs the admin token: send Authorization: Bearer TOKEN")
+	errAdminRemote       = errors.New("without an admin token the admin API answers only on loopback: set node.admin_token_env")
+	errNoGossip          = errors.New("this node does not gossip: set node.gossip")
 )
 
 // admin guards an operator endpoint: with the admin token when one is
@@ -185,3 +191,109 @@ func (n *Node) join(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"joined": joined, "members": len(n.mesh.Members())})
 }
+
+// BudgetInfo is one tenant's budget period in GET /v1/mesh/budgets.
+type BudgetInfo struct {
+	Tenant        string  `json:"tenant"`
+	Period        string  `json:"period"`
+	LimitUSD      float64 `json:"limit_usd"`
+	SettledUSD    float64 `json:"settled_usd"`
+	ReservedUSD   float64 `json:"reserved_usd"`
+	RemainingUSD  float64 `json:"remaining_usd"`
+	ForfeitedUSD  float64 `json:"forfeited_usd"`
+	OverspendUSD  float64 `json:"overspend_usd"`
+	Leases        int     `json:"leases"`
+	ExpiredLeases int     `json:"expired_leases"`
+}
+
+// budgets serves GET /v1/mesh/budgets?consistency=linearizable|stale
+// (default linearizable: served by the leader after a barrier).
+func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
+	if n.ledger == nil {
+		writeError(w, errNoLedger)
+		return
+	}
+	lin := r.URL.Query().Get("consistency") != "stale"
+	b, gotLin, err := n.ledger.client.Read(r.Context(), "books", lin)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		return
+	}
+	var books []consensus.BookView
+	if err := json.Unmarshal(b, &books); err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []BudgetInfo{}
+	for _, bv := range books {
+		out = append(out, BudgetInfo{Tenant: bv.Tenant, Period: bv.Period, LimitUSD: bv.Limit.USD(), SettledUSD: bv.Settled.USD(),
+			ReservedUSD: bv.Reserved.USD(), RemainingUSD: bv.Remaining.USD(), ForfeitedUSD: bv.Forfeited.USD(),
+			OverspendUSD: bv.Overspend.USD(), Leases: bv.Leases, ExpiredLeases: bv.Expired})
+	}
+	consistency := "stale"
+	if gotLin {
+		consistency = "linearizable"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"consistency": consistency, "budgets": out})
+}
+
+// setBudget serves PUT /v1/mesh/budgets/{tenant} {"usd": 10, "period": "month"}.
+func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
+	if n.ledger == nil {
+		writeError(w, errNoLedger)
+		return
+	}
+	var req struct {
+		USD    *float64 `json:"usd"`
+		Period string   `json:"period"`
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil || json.Unmarshal(body, &req) != nil || req.USD == nil || *req.USD < 0 {
+		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"usd": AMOUNT, "period": "day|month|total"}`})
+		return
+	}
+	if req.Period == "" {
+		req.Period = consensus.PeriodMonth
+	}
+	if req.Period != consensus.PeriodDay && req.Period != consensus.PeriodMonth && req.Period != consensus.PeriodTotal {
+		writeError(w, &route.InvalidRequestError{Param: "period", Msg: "must be day, month or total"})
+		return
+	}
+	tenant := r.PathValue("tenant")
+	b, _ := json.Marshal(map[string]any{"tenant": tenant, "budget": consensus.Budget{Limit: consensus.RoundNanos(*req.USD), Period: req.Period}})
+	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.name), Type: consensus.CmdSetBudget, Body: b})
+	switch {
+	case err != nil:
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+	case res.Err != "":
+		writeError(w, &route.InvalidRequestError{Msg: res.Err})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "limit_usd": *req.USD, "period": req.Period})
+	}
+}
+
+// raftPeers serves GET /v1/mesh/raft/peers.
+func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
+	if n.ledger == nil {
+		writeError(w, errNoLedger)
+		return
+	}
+	b, _, err := n.ledger.client.Read(r.Context(), "peers", false)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		return
+	}
+	var peers []consensus.Peer
+	_ = json.Unmarshal(b, &peers)
+	writeJSON(w, http.StatusOK, map[string]any{"peers": peers})
+}
+
+// newCommandID is unique per command: the node, its boot and a counter.
+func newCommandID(node string) string {
+	return fmt.Sprintf("%s/admin/%d/%d", node, bootTime, commandSeq.Add(1))
+}
+
+var (
+	bootTime   = time.Now().UnixNano()
+	commandSeq atomic.Uint64
+)

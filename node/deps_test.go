@@ -16,6 +16,8 @@ func TestImportRules(t *testing.T) {
 		"region":       {},
 		"route":        {"region"},
 		"gossip":       {"route", "region"},
+		"proto":        {},
+		"consensus":    {"proto", "route", "region"},
 		"sim/emulator": {"route", "region"},
 		"node":         {"route", "region", "gossip", "consensus", "proto"},
 		"sim/harness":  {"node", "route", "region", "gossip", "consensus", "proto", "sim/emulator"},

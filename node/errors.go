@@ -49,7 +49,10 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, errAdminRemote):
 		e.Type, e.Code = "permission_error", "admin_token_required"
 		return http.StatusForbidden, e
-	case errors.Is(err, errNoGossip):
+	case errors.Is(err, errLedgerUnavailable):
+		e.Type, e.Code = "server_error", "ledger_unavailable"
+		return http.StatusServiceUnavailable, e
+	case errors.Is(err, errNoGossip), errors.Is(err, errNoLedger):
 		e.Type, e.Code = "invalid_request_error", "invalid_request"
 		return http.StatusBadRequest, e
 	case errors.Is(err, errTooLarge):

@@ -98,6 +98,15 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 			ec.ErrorRate, ec.RPM, ec.DefaultMaxTokens = u.emu.ErrorRate, u.emu.RPM, u.emu.DefaultMaxTokens
 		}
 		ec.APIKey = u.apiKey
+		// The emulator charges what the node's configuration says the
+		// models cost, so that spend can be checked against it.
+		ec.Models, ec.Deployments = map[string]emulator.Price{}, map[string]string{}
+		for _, m := range models {
+			ec.Models[m] = emulator.Price{InputUSDPerMTok: u.in, OutputUSDPerMTok: u.out}
+			if u.kind == "azure" {
+				ec.Deployments[m+"-dep"] = m
+			}
+		}
 		if u.apiKey != "" {
 			envName := strings.ToUpper(strings.ReplaceAll(u.name, "-", "_")) + "_KEY"
 			env[envName] = u.apiKey
@@ -234,3 +243,5 @@ func listen(t testing.TB) net.Listener {
 	}
 	return ln
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -26,6 +26,12 @@ type meshFixture struct {
 // in front of the providers ups, joined through the first node.
 func startMesh(t *testing.T, n int, ups []upstream, edit func(i int, c *node.Config)) *meshFixture {
 	t.Helper()
+	return startMeshWith(t, n, ups, edit, nil)
+}
+
+// startMeshWith is startMesh with the nodes' options adjusted by opts.
+func startMeshWith(t *testing.T, n int, ups []upstream, edit func(i int, c *node.Config), opts func(i int, o *node.Options)) *meshFixture {
+	t.Helper()
 	// One fixture node owns the emulators; the others reuse its providers.
 	base := startNode(t, ups, nil)
 	base.node.Kill() // only its emulators and provider sections are wanted
@@ -42,8 +48,12 @@ func startMesh(t *testing.T, n int, ups []upstream, edit func(i int, c *node.Con
 		if edit != nil {
 			edit(i, cfg)
 		}
-		nd, err := node.New(cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test",
-			Getenv: func(k string) string { return testEnvKeys[k] }})
+		o := node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test",
+			Getenv: func(k string) string { return testEnvKeys[k] }}
+		if opts != nil {
+			opts(i, &o)
+		}
+		nd, err := node.New(cfg, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +68,7 @@ func startMesh(t *testing.T, n int, ups []upstream, edit func(i int, c *node.Con
 		m.nodes = append(m.nodes, nd)
 		m.urls = append(m.urls, "http://"+nd.HTTPAddr())
 	}
-	eventually(t, 15*time.Second, "every node to see every other", func() bool {
+	eventually(t, 30*time.Second, "every node to see every other, and be ready", func() bool {
 		for _, nd := range m.nodes {
 			alive := 0
 			for _, mem := range nd.Mesh().Members() {

@@ -29,6 +29,9 @@ type metrics struct {
 	probes        *prometheus.CounterVec
 	probeCost     *prometheus.CounterVec
 	probeTokens   *prometheus.CounterVec
+	raftApply     prometheus.Histogram
+	// rateLimited, when set, is told of every 429 (the rate holder).
+	rateLimited func(provider string)
 }
 
 // latencyBuckets span a cached answer (5 ms) to a long generation (5 min).
@@ -93,6 +96,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmesh_probe_tokens_total",
 			Help: "Tokens spent by active health probes, by provider.",
 		}, []string{"provider"})).(*prometheus.CounterVec),
+		raftApply: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llmesh_raft_apply_duration_seconds", Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+			Help: "Time for a ledger command to commit and apply on this voter while it leads.",
+		})).(prometheus.Histogram),
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -102,4 +109,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) Attempt(provider string, o route.Outcome, d time.Duration) {
 	m.attempts.WithLabelValues(provider, string(o)).Inc()
 	m.attemptTime.WithLabelValues(provider).Observe(d.Seconds())
+	if o == route.OutcomeRateLimited && m.rateLimited != nil {
+		m.rateLimited(provider)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +36,9 @@ type Options struct {
 	// GossipTuning, if not nil, adjusts the gossip settings derived from
 	// the configuration (tests use it for faster failure detection).
 	GossipTuning func(*gossip.Config)
+	// LedgerTuning, if not nil, adjusts a voter's Raft settings (agent
+	// -dev keeps the ledger in memory; tests speed up elections).
+	LedgerTuning LedgerTuning
 }
 
 // Node is one llmesh node.
@@ -54,6 +56,7 @@ type Node struct {
 	tenants *tenantKeys
 
 	mesh     *gossip.Mesh // nil when the node does not gossip
+	ledger   *ledger      // nil when the node has no part in the ledger
 	inFlight atomic.Int64
 	probes   *prober
 
@@ -136,11 +139,25 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		n.mesh = mesh
 		health = mesh.View()
 	}
-	limiter := route.NewLimiter(catalog.Providers())
-	n.planner = &route.Planner{Region: s.region, Catalog: catalog, Health: health, Quota: limiter}
+	// Rates: the node's share of the mesh-wide capacity when it has a
+	// part in the ledger, else the whole configured rate.
+	var quota route.QuotaGate = route.NewLimiter(catalog.Providers())
+	var budget route.BudgetGate
+	if s.ledger {
+		l, err := newLedger(n, s, catalog, opts.LedgerTuning)
+		if err != nil {
+			return nil, err
+		}
+		n.ledger = l
+		quota, budget = l.rates, l.budgets
+		n.metrics.rateLimited = l.rates.RateLimited
+		opts.Registry.MustRegister(&ledgerCollector{n: n})
+	}
+	n.planner = &route.Planner{Region: s.region, Catalog: catalog, Health: health, Quota: quota}
 	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
 		Tracker:   n.tracker,
-		Quota:     limiter,
+		Quota:     quota,
+		Budget:    budget,
 		Tokenizer: &route.Tokenizer{},
 		Observer:  n.metrics,
 		Clock:     opts.Clock,
@@ -168,17 +185,36 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node.http: %w", err)
 	}
+	fail := func(err error) error {
+		ln.Close()
+		if n.ledger != nil {
+			n.ledger.kill()
+		}
+		return err
+	}
+	if n.ledger != nil {
+		if err := n.ledger.listen(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	if n.mesh != nil {
 		meta := n.mesh.Meta()
 		meta.HTTP = n.advertised(ln.Addr())
+		if n.ledger != nil {
+			meta.RPC = n.advertisedHostPort(n.ledger.rpcAddr())
+			if n.ledger.server != nil {
+				meta.Raft = n.advertisedHostPort(n.ledger.server.Addr())
+			}
+		}
 		if err := n.mesh.SetMeta(meta); err != nil {
-			ln.Close()
-			return fmt.Errorf("node: %w", err)
+			return fail(fmt.Errorf("node: %w", err))
 		}
 		if err := n.mesh.Start(ctx); err != nil {
-			ln.Close()
-			return fmt.Errorf("node.gossip: %w", err)
+			return fail(fmt.Errorf("node.gossip: %w", err))
 		}
+	}
+	if n.ledger != nil {
+		n.ledger.run()
 	}
 	n.ln = ln
 	go func() {
@@ -199,24 +235,33 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// advertised returns the HTTP address peers should use: the bound one,
-// with node.advertise in place of an unspecified host.
-func (n *Node) advertised(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
+// advertised returns the address peers should use for a, a bound
+// address: node.advertise in place of its host when set.
+func (n *Node) advertised(a net.Addr) string { return n.advertisedHostPort(a.String()) }
+
+func (n *Node) advertisedHostPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || addr == "" {
+		return addr
 	}
-	host := tcp.IP.String()
-	if n.s.advertise != "" && (tcp.IP.IsUnspecified() || n.s.advertise != host) {
+	if n.s.advertise != "" {
 		host = n.s.advertise
 	}
-	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+	return net.JoinHostPort(host, port)
 }
 
 // Ready reports whether the node takes traffic: started, not shutting
 // down, and joined to the mesh when it has seeds.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && (n.mesh == nil || n.mesh.Joined())
+	return n.ready.Load() && (n.mesh == nil || n.mesh.Joined()) && (n.ledger == nil || n.ledger.ready())
+}
+
+// Snapshot takes a Raft snapshot of a voter's ledger now.
+func (n *Node) Snapshot() error {
+	if n.ledger == nil || n.ledger.server == nil {
+		return errors.New("node: not a voter")
+	}
+	return n.ledger.server.Snapshot()
 }
 
 // Mesh returns the node's gossip membership, or nil when it does not
@@ -258,6 +303,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			<-n.serveDone
 		}
 		n.loops.Wait()
+		if n.ledger != nil {
+			n.ledger.stop() // report spend and give escrow back first
+		}
 		if n.mesh != nil {
 			if n.ln != nil {
 				if err := n.mesh.Leave(); err != nil {
@@ -284,6 +332,9 @@ func (n *Node) Kill() {
 		close(n.stop)
 		if n.mesh != nil {
 			_ = n.mesh.Shutdown()
+		}
+		if n.ledger != nil {
+			n.ledger.kill()
 		}
 		if n.ln != nil {
 			_ = n.srv.Close()

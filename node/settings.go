@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -38,6 +39,13 @@ type settings struct {
 	advertise    string        // host peers should use; "" for the bound one
 	gossip       *gossipConfig // nil: this node does not gossip
 	probeIdle    time.Duration // 0: no probes
+	// The ledger: a voter runs Raft on raftAddr; any node with a voter
+	// or with gossip (to find voters) spends from it.
+	raftAddr        string
+	bootstrapExpect int
+	dataDir         string
+	ledger          bool
+	rpcToken        string // shared secret between nodes, from the gossip key
 }
 
 // gossipConfig is the node section's gossip settings, resolved.
@@ -54,6 +62,7 @@ type tenant struct {
 	name      string
 	keys      [][sha256.Size]byte
 	residency region.Residency
+	budget    *BudgetSection
 }
 
 // Defaults applied by resolve.
@@ -139,6 +148,17 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		s.jurisdiction = string(r.Jurisdiction)
 	}
 	s.voter, s.rpcAddr, s.advertise = n.Voter, n.RPC, n.Advertise
+	s.raftAddr, s.bootstrapExpect, s.dataDir = n.Raft, n.BootstrapExpect, n.DataDir
+	if n.Voter {
+		if n.Raft == "" {
+			bad("node.raft", "is required for a voter")
+		} else if host, _, err := net.SplitHostPort(n.Raft); err == nil && n.Advertise == "" && (host == "" || net.ParseIP(host).IsUnspecified()) {
+			bad("node.advertise", "is required when node.raft binds every address (%s): peers need an address to dial", n.Raft)
+		}
+		if n.RPC == "" {
+			bad("node.rpc", "is required for a voter: other nodes reach the ledger through it")
+		}
+	}
 	if n.Advertise != "" && net.ParseIP(n.Advertise) == nil {
 		bad("node.advertise", "%q is not an IP address", n.Advertise)
 	}
@@ -295,6 +315,7 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 			}
 			tt.residency = region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}
 		}
+		tt.budget = t.Budget
 		if b := t.Budget; b != nil {
 			if b.USD <= 0 {
 				bad(f+".budget.usd", "must be positive")
@@ -354,6 +375,17 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	override(&s.health.MaxEjection, o.MaxEjection)
 	if s.health.MaxEjection < s.health.BaseEjection {
 		bad("outlier.max_ejection", "must not be shorter than outlier.base_ejection")
+	}
+	s.ledger = n.Voter || s.gossip != nil
+	for i, t := range c.Tenants {
+		if t.Budget != nil && !s.ledger {
+			bad(fmt.Sprintf("tenants[%d].budget", i), "needs the Raft ledger: make this node a voter (node.voter) or let it find voters (node.gossip)")
+		}
+	}
+	if s.gossip != nil && len(s.gossip.key) > 0 {
+		mac := hmac.New(sha256.New, s.gossip.key)
+		mac.Write([]byte("llmesh rpc v1"))
+		s.rpcToken = base64.RawStdEncoding.EncodeToString(mac.Sum(nil))
 	}
 	s.probeIdle = 30 * time.Second
 	override(&s.probeIdle, c.Probes.Idle)

@@ -206,3 +206,105 @@ func runKeygen(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(k[:]))
 	return 0
 }
+
+func runBudgets(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "set" {
+		return runBudgetsSet(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("budgets", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := adminFlags(fs)
+	consistency := fs.String("consistency", "linearizable", "linearizable (through the leader) or stale (this node's replica)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var doc struct {
+		Consistency string
+		Budgets     []node.BudgetInfo
+	}
+	raw, err := c.do(http.MethodGet, "/v1/mesh/budgets?consistency="+*consistency, nil, &doc)
+	if err != nil || c.json {
+		if err := orJSON(stdout, raw, err); err != nil {
+			fmt.Fprintf(stderr, "llmesh budgets: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tPERIOD\tLIMIT\tSETTLED\tRESERVED\tREMAINING\tLEASES")
+	for _, b := range doc.Budgets {
+		leases := fmt.Sprint(b.Leases)
+		if b.ExpiredLeases > 0 {
+			leases += fmt.Sprintf(" (%d expired)", b.ExpiredLeases)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t$%.6f\t$%.6f\t$%.6f\t$%.6f\t%s\n", b.Tenant, b.Period, b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.RemainingUSD, leases)
+	}
+	fmt.Fprintf(tw, "(%s read)\n", doc.Consistency)
+	if err := tw.Flush(); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func runBudgetsSet(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("budgets set", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := adminFlags(fs)
+	period := fs.String("period", "month", "budget period: day, month or total")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 2 {
+		fmt.Fprintln(stderr, "llmesh budgets set: usage: llmesh budgets set [-period P] TENANT USD")
+		return 2
+	}
+	var usd float64
+	if _, err := fmt.Sscan(fs.Arg(1), &usd); err != nil || usd < 0 {
+		fmt.Fprintf(stderr, "llmesh budgets set: %q is not an amount of dollars\n", fs.Arg(1))
+		return 2
+	}
+	raw, err := c.do(http.MethodPut, "/v1/mesh/budgets/"+fs.Arg(0), map[string]any{"usd": usd, "period": *period}, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh budgets set: %v\n", err)
+		return 1
+	}
+	if c.json {
+		_ = printJSON(stdout, raw)
+		return 0
+	}
+	fmt.Fprintf(stdout, "%s: $%.4f per %s\n", fs.Arg(0), usd, *period)
+	return 0
+}
+
+func runRaft(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "peers" {
+		fmt.Fprintln(stderr, "llmesh raft: usage: llmesh raft peers [-json]")
+		return 2
+	}
+	return verb("raft peers", args[1:], stdout, stderr, 0, func(c *adminClient, _ []string) error {
+		var doc struct {
+			Peers []struct {
+				ID, Address   string
+				Voter, Leader bool
+			}
+		}
+		raw, err := c.do(http.MethodGet, "/v1/mesh/raft/peers", nil, &doc)
+		if err != nil || c.json {
+			return orJSON(stdout, raw, err)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tLEADER")
+		for _, p := range doc.Peers {
+			suffrage := "nonvoter"
+			if p.Voter {
+				suffrage = "voter"
+			}
+			leader := ""
+			if p.Leader {
+				leader = "leader"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.ID, p.Address, suffrage, leader)
+		}
+		return tw.Flush()
+	})
+}

@@ -67,7 +67,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			cfg.Node.HTTP = *httpAddr
 		}
 	}
-	n, err := node.New(cfg, node.Options{Logger: logger, Version: version})
+	opts := node.Options{Logger: logger, Version: version}
+	if devStack != nil {
+		opts.LedgerTuning = harness.DevLedger
+	}
+	n, err := node.New(cfg, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "llmesh agent: invalid configuration:\n%v\n", err)
 		return 1
@@ -79,6 +83,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if devStack != nil {
+		// The banner's curl should work the moment it is printed.
+		for deadline := time.Now().Add(15 * time.Second); !n.Ready() && time.Now().Before(deadline); {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
 		printDevBanner(stdout, n.HTTPAddr(), devStack.Key)
 	}
 	<-ctx.Done()

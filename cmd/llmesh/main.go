@@ -18,6 +18,9 @@ Usage:
   llmesh members                    the mesh's nodes: region, address, state, estimated RTT
   llmesh providers                  the providers as the node sees them, with every node's reports
   llmesh join ADDR...               make the node join the mesh through gossip ADDRs
+  llmesh budgets [-consistency C]   limit, settled, reserved and remaining per tenant
+  llmesh budgets set TENANT USD     change a tenant's budget (-period day|month|total)
+  llmesh raft peers                 the Raft configuration and its leader
   llmesh keygen                     a new gossip encryption key
   llmesh version
 
@@ -50,6 +53,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runProviders(args[1:], stdout, stderr)
 	case "join":
 		return runJoin(args[1:], stdout, stderr)
+	case "budgets":
+		return runBudgets(args[1:], stdout, stderr)
+	case "raft":
+		return runRaft(args[1:], stdout, stderr)
 	case "keygen":
 		return runKeygen(args[1:], stdout, stderr)
 	case "version", "-version", "--version":

@@ -135,6 +135,35 @@ func TestAgentDev(t *testing.T) {
 	if p := resp.Header.Get("X-LLMesh-Provider"); resp.StatusCode != 200 || p != "gpu-eu" {
 		t.Fatalf("llama-3-8b: %d from %q", resp.StatusCode, p)
 	}
+	// The dev tenant has a budget in the dev node's own Raft ledger, and
+	// what the two requests cost is settled there.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, err := exec.Command(binary, "budgets", "-addr", base, "-json").CombinedOutput()
+		var doc struct {
+			Consistency string
+			Budgets     []struct {
+				Tenant     string
+				LimitUSD   float64 `json:"limit_usd"`
+				SettledUSD float64 `json:"settled_usd"`
+			}
+		}
+		if err == nil && json.Unmarshal(out, &doc) == nil && len(doc.Budgets) == 1 && doc.Budgets[0].SettledUSD > 0 {
+			if b := doc.Budgets[0]; b.Tenant != "dev" || b.LimitUSD != 5 || doc.Consistency != "linearizable" {
+				t.Fatalf("budgets: %s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("budgets after two requests (%v):\n%s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out, err := exec.Command(binary, "budgets", "-addr", base).CombinedOutput(); err != nil || !strings.Contains(string(out), "$5.000000") {
+		t.Fatalf("budgets table: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "raft", "peers", "-addr", base).CombinedOutput(); err != nil || !strings.Contains(string(out), "leader") {
+		t.Fatalf("raft peers: %v\n%s", err, out)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
 )
@@ -86,12 +87,14 @@ func StartDev(httpAddr string) (*Dev, error) {
 	}
 	sum := sha256.Sum256([]byte(key))
 	cfg := &node.Config{
-		Node: node.NodeSection{Name: "dev", Region: "eu-west", DataDir: d.dataDir, HTTP: httpAddr, Gossip: "127.0.0.1:0"},
+		Node: node.NodeSection{Name: "dev", Region: "eu-west", DataDir: d.dataDir, HTTP: httpAddr, Gossip: "127.0.0.1:0",
+			Voter: true, Raft: "127.0.0.1:0", RPC: "127.0.0.1:0", BootstrapExpect: 1},
 		Regions: []node.RegionSection{
 			{Name: "eu-west", Jurisdiction: "eu"},
 			{Name: "us-east", Jurisdiction: "us"},
 		},
-		Tenants: []node.TenantSection{{Name: "dev", KeySHA256: []string{hex.EncodeToString(sum[:])}}},
+		Tenants: []node.TenantSection{{Name: "dev", KeySHA256: []string{hex.EncodeToString(sum[:])},
+			Budget: &node.BudgetSection{USD: 5, Period: "day"}}},
 	}
 	for _, p := range devProviders() {
 		ec := emulator.DefaultConfig()
@@ -124,6 +127,13 @@ func StartDev(httpAddr string) (*Dev, error) {
 	d.Config = cfg
 	ok = true
 	return d, nil
+}
+
+// DevLedger keeps a dev node's Raft ledger in memory, with elections
+// timed for one machine.
+func DevLedger(c *consensus.ServerConfig) {
+	c.InMemory = true
+	c.Timings = consensus.FastTimings
 }
 
 // Shutdown stops the emulators and removes the node's data directory.

@@ -1,0 +1,244 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/llmesh/llmesh/consensus"
+	pb "github.com/llmesh/llmesh/proto"
+	"github.com/llmesh/llmesh/route"
+)
+
+// ledger is a node's part in the Raft ledger: a voter's replica (nil on
+// other nodes), the client that reaches the leader, the gRPC server peers
+// reach this node on, and the holders the request path spends from.
+type ledger struct {
+	n       *Node
+	server  *consensus.Server
+	client  *consensus.Client
+	budgets *consensus.BudgetHolder
+	rates   *consensus.RateHolder
+
+	budgeted atomic.Pointer[map[string]bool] // tenants with a budget
+
+	grpc   *grpc.Server
+	rpcLn  net.Listener
+	cancel context.CancelFunc
+	loops  sync.WaitGroup
+}
+
+// LedgerTuning adjusts the Raft server configuration (tests and the demo
+// use faster timings or in-memory stores).
+type LedgerTuning func(*consensus.ServerConfig)
+
+func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning) (*ledger, error) {
+	l := &ledger{n: n}
+	budgeted := map[string]bool{}
+	for _, t := range s.tenants {
+		if t.budget != nil {
+			budgeted[t.name] = true
+		}
+	}
+	l.budgeted.Store(&budgeted)
+	if s.voter {
+		cfg := consensus.ServerConfig{
+			ID: s.name, Bind: s.raftAddr, DataDir: s.dataDir, BootstrapExpect: s.bootstrapExpect,
+			Seed: func() []consensus.Command { return seedCommands(s, catalog) }, Membership: membership{n},
+			Logger: n.log.With("component", "raft"), Clock: n.now,
+		}
+		if s.advertise != "" {
+			_, port, _ := net.SplitHostPort(s.raftAddr)
+			cfg.Advertise = net.JoinHostPort(s.advertise, port)
+		}
+		if tuning != nil {
+			tuning(&cfg)
+		}
+		srv, err := consensus.NewServer(cfg)
+		if err != nil {
+			return nil, err
+		}
+		srv.ObserveApply(func(d time.Duration) { n.metrics.raftApply.Observe(d.Seconds()) })
+		l.server = srv
+	}
+	l.client = consensus.NewClient(s.name, l.server, membership{n}, s.rpcToken)
+	l.budgets = consensus.NewBudgetHolder(s.name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
+	l.rates = consensus.NewRateHolder(s.name, catalog.Providers(), l.client.Rates, func() int {
+		if n.mesh == nil {
+			return 1
+		}
+		alive := 0
+		for _, m := range n.mesh.Members() {
+			if m.State == "alive" || m.State == "draining" {
+				alive++
+			}
+		}
+		return alive
+	})
+	return l, nil
+}
+
+// seedCommands are the configuration's tenants and provider capacities,
+// applied by each new leader where the ledger has none yet.
+func seedCommands(s *settings, catalog *route.Catalog) []consensus.Command {
+	var out []consensus.Command
+	for _, t := range s.tenants {
+		ct := consensus.Tenant{Name: t.name, Residency: string(t.residency.Jurisdiction)}
+		for _, k := range t.keys {
+			ct.KeySHA256 = append(ct.KeySHA256, fmt.Sprintf("%x", k))
+		}
+		if t.budget != nil {
+			ct.Budget = &consensus.Budget{Limit: consensus.RoundNanos(t.budget.USD), Period: t.budget.Period}
+		}
+		b, _ := json.Marshal(ct)
+		out = append(out, consensus.Command{ID: "seed/tenant/" + t.name, Type: consensus.CmdSeedTenant, Body: b})
+	}
+	for _, p := range catalog.Providers() {
+		if p.RPM > 0 || p.TPM > 0 {
+			b, _ := json.Marshal(consensus.RateCapacity{Provider: p.Name, RPM: int64(p.RPM), TPM: int64(p.TPM)})
+			out = append(out, consensus.Command{ID: "seed/rate/" + p.Name, Type: consensus.CmdSeedRate, Body: b})
+		}
+	}
+	return out
+}
+
+// listen opens the Raft transport (voters) and the gRPC listener; it runs
+// before the node announces itself, so the announcement carries their
+// addresses.
+func (l *ledger) listen(ctx context.Context) error {
+	if l.server != nil {
+		if err := l.server.Start(ctx); err != nil {
+			return fmt.Errorf("node.raft: %w", err)
+		}
+	}
+	if addr := l.n.s.rpcAddr; addr != "" {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("node.rpc: %w", err)
+		}
+		l.rpcLn = ln
+		l.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(consensus.Authenticate(l.n.s.rpcToken)))
+		pb.RegisterLedgerServer(l.grpc, consensus.NewService(l.client))
+		go func() { _ = l.grpc.Serve(ln) }()
+	}
+	return nil
+}
+
+// run starts the holders' loops and the tenant refresh.
+func (l *ledger) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.loops.Go(func() { l.budgets.Run(ctx) })
+	l.loops.Go(func() { l.rates.Run(ctx) })
+	l.loops.Go(func() { l.refreshTenants(ctx) })
+}
+
+// refreshTenants keeps the set of budgeted tenants in step with the
+// ledger (budgets set live with the admin API reach every node this way).
+func (l *ledger) refreshTenants(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		b, _, err := l.client.Read(rctx, "tenants", false)
+		cancel()
+		if err != nil {
+			continue
+		}
+		var ts []consensus.Tenant
+		if json.Unmarshal(b, &ts) != nil {
+			continue
+		}
+		m := map[string]bool{}
+		for _, t := range ts {
+			if t.Budget != nil {
+				m[t.Name] = true
+			}
+		}
+		l.budgeted.Store(&m)
+	}
+}
+
+// RPCAddr returns the gRPC listener's address.
+func (l *ledger) rpcAddr() string {
+	if l.rpcLn == nil {
+		return ""
+	}
+	return l.rpcLn.Addr().String()
+}
+
+// ready reports whether the request path can spend: escrow synced once
+// when any tenant has a budget.
+func (l *ledger) ready() bool {
+	return len(*l.budgeted.Load()) == 0 || l.budgets.Ready()
+}
+
+// stop reports spend and gives escrow back (the holders' final sync),
+// then stops the RPC server and Raft.
+func (l *ledger) stop() {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.loops.Wait()
+	if l.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { l.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			l.grpc.Stop()
+		}
+	}
+	l.client.Close()
+	if l.server != nil {
+		_ = l.server.Shutdown()
+	}
+}
+
+// kill stops everything at once, as a crash would.
+func (l *ledger) kill() {
+	if l.grpc != nil {
+		l.grpc.Stop()
+	}
+	if l.server != nil {
+		_ = l.server.Shutdown()
+	}
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.client.Close()
+}
+
+// membership gives the consensus layer the voters gossip knows, and this
+// node itself.
+type membership struct{ n *Node }
+
+// Voters implements consensus.Membership.
+func (m membership) Voters() []consensus.VoterInfo {
+	n := m.n
+	var out []consensus.VoterInfo
+	if n.mesh == nil {
+		if n.ledger != nil && n.ledger.server != nil {
+			out = append(out, consensus.VoterInfo{ID: n.s.name, RaftAddr: n.ledger.server.Addr(), RPCAddr: n.ledger.rpcAddr(), State: "alive"})
+		}
+		return out
+	}
+	for _, mem := range n.mesh.Members() {
+		if mem.Meta.Voter {
+			out = append(out, consensus.VoterInfo{ID: mem.Name, RaftAddr: mem.Meta.Raft, RPCAddr: mem.Meta.RPC, State: mem.State})
+		}
+	}
+	return out
+}
