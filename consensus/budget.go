@@ -25,7 +25,6 @@ import (
 // the leader may be about to write it off.
 type BudgetHolder struct {
 	node  string
-	epoch int64
 	apply func(context.Context, Command) (Result, error)
 	// budgeted lists the tenants with a budget; the holder asks escrow for
 	// them before their first request.
@@ -35,11 +34,15 @@ type BudgetHolder struct {
 	now      func() time.Time
 
 	mu      sync.Mutex
+	epoch   int64 // this boot, as the ledger assigned it; 0 until then
+	boot    int64 // a local nonce for command IDs
 	seq     uint64
 	leases  map[string]*localLease // the current period's lease, by tenant
 	retired []*localLease          // older periods, reported then released
 	need    map[string]Nanos       // escrow the request path found missing
 	synced  bool                   // a sync has succeeded
+	closing bool                   // giving the escrow back: reserve no more
+	crashed bool                   // stopping as a crash would: no last sync
 	kick    chan struct{}
 }
 
@@ -64,11 +67,14 @@ type localLease struct {
 func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }
 
 // NewBudgetHolder returns a holder for node; apply sends a command to
-// the leader. The epoch (the node's boot) tells the ledger that escrow of
-// a previous boot cannot be accounted for.
+// the leader. Its first sync asks the ledger for a new epoch, which
+// writes off what an earlier boot of the node held.
+//
+// budgeted lists the tenants with a budget; a nil map means not known
+// yet, and then every tenant is held to escrow (fail closed).
 func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, error), budgeted func() map[string]bool) *BudgetHolder {
 	return &BudgetHolder{
-		node: node, epoch: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
+		node: node, boot: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
 		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now,
 		leases: map[string]*localLease{}, need: map[string]Nanos{}, kick: make(chan struct{}, 1),
 	}
@@ -100,12 +106,15 @@ func (e *escrowHold) Settle(usd float64) {
 // budget could not cover it, else with a retry-after while the top-up
 // lands.
 func (h *BudgetHolder) Reserve(tenant string, usd float64, now time.Time) (route.BudgetHold, error) {
-	if !h.budgeted()[tenant] {
+	if b := h.budgeted(); b != nil && !b[tenant] {
 		return noHold{}, nil
 	}
 	upper := CeilNanos(usd)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closing {
+		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
+	}
 	l := h.leases[tenant]
 	if l != nil && now.Before(l.expires) && l.free() >= upper {
 		l.inflight += upper
@@ -137,22 +146,39 @@ func (h *BudgetHolder) Ready() bool {
 }
 
 // Run syncs with the ledger until ctx ends, then reports what was spent
-// and releases the escrow (bounded by a few seconds).
+// and gives the escrow back (bounded by a few seconds), unless Crash was
+// called.
 func (h *BudgetHolder) Run(ctx context.Context) {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = h.sync(fctx, true)
-			cancel()
+			h.mu.Lock()
+			h.closing = true
+			crashed := h.crashed
+			h.mu.Unlock()
+			if !crashed {
+				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = h.sync(fctx, true)
+				cancel()
+			}
 			return
 		case <-t.C:
 		case <-h.kick:
 		}
-		_ = h.sync(ctx, false)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = h.sync(sctx, false)
+		cancel()
 	}
+}
+
+// Crash makes Run stop without its last sync, as a crash would: the
+// escrow stays reserved until the ledger writes it off.
+func (h *BudgetHolder) Crash() {
+	h.mu.Lock()
+	h.crashed, h.closing = true, true
+	h.mu.Unlock()
 }
 
 // sync sends one batch: spend not yet acknowledged, top-ups, renewals;
@@ -165,6 +191,8 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	all := append(h.retired[:len(h.retired):len(h.retired)], h.leaseList()...)
 	for _, l := range all {
 		retiring := release || h.isRetired(l)
+		// A lease is given back only once nothing is reserved on it: a
+		// reservation under way settles into it and must be reported.
 		done := retiring && l.inflight == 0
 		if l.spent != l.reported || done {
 			c.Usage = append(c.Usage, UsageItem{Tenant: l.tenant, Period: l.period, Spent: l.spent, Release: done})
@@ -175,7 +203,16 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		}
 	}
 	if !release {
+		// Tenants with a budget, and any the request path found missing
+		// escrow for (before the budgeted set is known, every tenant is).
+		wanted := map[string]bool{}
 		for tenant := range h.budgeted() {
+			wanted[tenant] = true
+		}
+		for tenant := range h.need {
+			wanted[tenant] = true
+		}
+		for _, tenant := range sortedKeys(wanted) {
 			if w := h.wantLocked(tenant, now); w > 0 {
 				c.Want = append(c.Want, WantItem{Tenant: tenant, Amount: w})
 				quiet = false
@@ -187,10 +224,10 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		return nil
 	}
 	h.seq++
-	c.Seq = h.seq
+	c.Seq, c.Epoch, c.Boot = h.seq, h.epoch, h.boot
 	h.mu.Unlock()
 
-	cmd, err := newCommand(h.node+"/"+strconv.FormatInt(h.epoch, 36)+"/"+strconv.FormatUint(c.Seq, 10), CmdSync, c)
+	cmd, err := newCommand(h.node+"/"+strconv.FormatInt(h.boot, 36)+"/"+strconv.FormatUint(c.Seq, 10), CmdSync, c)
 	if err != nil {
 		return err
 	}
@@ -203,6 +240,20 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if r.Sync.Stale {
+		if h.epoch != 0 && r.Sync.Epoch != h.epoch {
+			// Another boot of this node's name took a newer epoch (an old
+			// process's delayed request): the ledger wrote this one's
+			// escrow off. Start over with a new epoch.
+			h.epoch = 0
+			h.leases, h.retired = map[string]*localLease{}, nil
+		}
+		return fmt.Errorf("ledger: sync %d of epoch %d is stale", c.Seq, c.Epoch)
+	}
+	if h.epoch != 0 && r.Sync.Epoch != h.epoch {
+		return fmt.Errorf("ledger: epoch %d is not this boot's (%d)", r.Sync.Epoch, h.epoch)
+	}
+	h.epoch = r.Sync.Epoch
 	h.absorb(r.Sync, now, c)
 	h.synced = true
 	return nil
@@ -274,10 +325,10 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 		}
 		live[l] = true
 		l.granted, l.reported, l.remaining = lv.Granted, max(l.reported, lv.Spent), lv.Remaining
-		// The leader renewed the lease for ttl from when it applied the
-		// sync, which is after now; spending stops a fifth of the lease
+		// The leader gave the lease ExpiresIn from when it applied the
+		// sync, which is after now; spending stops a fifth of a lease
 		// earlier still, clear of any drift between the two clocks.
-		l.expires = now.Add(h.ttl * 4 / 5)
+		l.expires = now.Add(time.Duration(lv.ExpiresIn) - h.ttl/5)
 		if dt := now.Sub(l.rateAt).Seconds(); dt >= 1 {
 			l.rate = 0.7*l.rate + 0.3*float64(l.spent-l.rateSpent)/dt
 			l.rateAt, l.rateSpent = now, l.spent

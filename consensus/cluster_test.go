@@ -28,6 +28,11 @@ type testCluster struct {
 }
 
 func newTestCluster(t testing.TB, n int) *testCluster {
+	return newSkewedCluster(t, n, func(int) func() time.Time { return time.Now })
+}
+
+// newSkewedCluster gives voter i the clock clockOf(i).
+func newSkewedCluster(t testing.TB, n int, clockOf func(i int) func() time.Time) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, down: make([]bool, n)}
 	var servers []raft.Server
@@ -46,7 +51,7 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 	for i := range n {
 		s, err := NewServer(ServerConfig{
 			ID: fmt.Sprintf("v%d", i), InMemory: true, Transport: c.trans[i], Timings: FastTimings,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ApplyTimeout: time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ApplyTimeout: time.Second, Clock: clockOf(i),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -169,44 +174,64 @@ func (f *faultyApply) apply(ctx context.Context, cmd Command) (Result, error) {
 }
 
 // TestEscrowHoldsUnderFaults drives budget holders on three nodes against
-// 3- and 5-voter clusters through partitions, leader kills, and lost,
-// duplicated and reordered syncs. After every apply, on every replica,
-// settled + reserved stays within the limit; after quiescence, settled is
-// exactly what the emulated providers charged.
+// 3- and 5-voter clusters through partitions, leader kills, lost,
+// duplicated and reordered syncs, node crashes (a holder replaced by a new
+// boot that never reported its last spend), and a day's rollover under
+// voters whose clocks disagree by up to a second either way. After every
+// apply, on every replica, settled + reserved stays within each day's
+// limit. After quiescence, what the emulated providers charged lies
+// between what was settled less what was written off and what was
+// settled; with no crash, the two are equal, exactly.
 func TestEscrowHoldsUnderFaults(t *testing.T) {
 	for _, voters := range []int{3, 5} {
 		for seed := range uint64(3) {
 			t.Run(fmt.Sprintf("voters=%d/seed=%d", voters, seed), func(t *testing.T) {
-				escrowUnderFaults(t, voters, seed)
+				escrowUnderFaults(t, voters, seed, seed == 2)
 			})
 		}
 	}
 }
 
-func escrowUnderFaults(t *testing.T, voters int, seed uint64) {
-	c := newTestCluster(t, voters)
+func escrowUnderFaults(t *testing.T, voters int, seed uint64, crashes bool) {
 	r := rand.New(rand.NewPCG(seed, 99))
-	const limit = 2 * NanosPerUSD
-	seedCmd, _ := newCommand("seed-acme", CmdSeedTenant, Tenant{Name: "acme", Budget: &Budget{Limit: limit, Period: PeriodTotal}})
+	// The cluster's day ends 1.5 s into the run.
+	midnight := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	offset := time.Until(midnight) - 1500*time.Millisecond
+	c := newSkewedCluster(t, voters, func(i int) func() time.Time {
+		skew := time.Duration(r.Int64N(int64(2*time.Second))) - time.Second
+		return func() time.Time { return time.Now().Add(offset + skew) }
+	})
+	const limit = NanosPerUSD
+	seedCmd, _ := newCommand("seed-acme", CmdSeedTenant, Tenant{Name: "acme", Budget: &Budget{Limit: limit, Period: PeriodDay}})
 	if _, err := c.apply(context.Background(), seedCmd); err != nil {
 		t.Fatal(err)
 	}
 	budgeted := func() map[string]bool { return map[string]bool{"acme": true} }
 	var charged atomic.Int64 // what the emulated providers billed, in nanos
 	ctx, stop := context.WithCancel(context.Background())
-	var holders []*BudgetHolder
+	type slot struct {
+		h      atomic.Pointer[BudgetHolder]
+		cancel context.CancelFunc
+	}
+	slots := make([]*slot, 3)
 	var loops, traffic sync.WaitGroup
-	for n := range 3 {
-		fa := &faultyApply{c: c, r: rand.New(rand.NewPCG(seed, uint64(n)))}
+	start := func(n int) {
+		fa := &faultyApply{c: c, r: rand.New(rand.NewPCG(seed, uint64(n)+uint64(time.Now().UnixNano())))}
 		h := NewBudgetHolder(fmt.Sprintf("node%d", n), fa.apply, budgeted)
 		h.interval, h.ttl = 20*time.Millisecond, 2*time.Second
-		holders = append(holders, h)
-		loops.Go(func() { h.Run(ctx) })
+		hctx, cancel := context.WithCancel(ctx)
+		slots[n].h.Store(h)
+		slots[n].cancel = cancel
+		loops.Go(func() { h.Run(hctx) })
+	}
+	for n := range 3 {
+		slots[n] = &slot{}
+		start(n)
 		rr := rand.New(rand.NewPCG(seed, uint64(100+n)))
 		traffic.Go(func() {
 			for ctx.Err() == nil {
 				upper := float64(1+rr.IntN(20_000)) / 1e6 // up to 2 cents
-				hold, err := h.Reserve("acme", upper, time.Now())
+				hold, err := slots[n].h.Load().Reserve("acme", upper, time.Now())
 				if err == nil {
 					actual := upper * rr.Float64()
 					charged.Add(int64(RoundNanos(actual)))
@@ -216,12 +241,20 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64) {
 			}
 		})
 	}
-	// Faults: partitions that heal, and leader kills, keeping a quorum.
-	killed := 0
+	// Faults: partitions that heal, leader kills keeping a quorum, and
+	// (with crashes) a node replaced by a new boot.
+	killed, crashed := 0, 0
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Duration(100+r.IntN(200)) * time.Millisecond)
 		switch i := r.IntN(len(c.servers)); {
+		case crashes && r.IntN(4) == 0:
+			n := r.IntN(3)
+			old := slots[n].h.Load()
+			old.Crash()
+			slots[n].cancel()
+			start(n)
+			crashed++
 		case r.IntN(3) == 0 && killed < (voters-1)/2:
 			if l := c.leader(); l >= 0 {
 				c.kill(l)
@@ -244,8 +277,12 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64) {
 	// Quiescence: the final syncs of the holders may have met a fault;
 	// send them again until they land.
 	c.waitLeader(10 * time.Second)
-	for _, h := range holders {
+	for _, s := range slots {
+		h := s.h.Load()
 		h.apply = c.apply
+		h.mu.Lock()
+		h.crashed, h.closing = false, false
+		h.mu.Unlock()
 		eventually(t, 10*time.Second, "a holder's final sync", func() bool { return h.sync(context.Background(), true) == nil })
 	}
 	if n := c.violations.Load(); n > 0 {
@@ -256,15 +293,23 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64) {
 	if err := c.servers[l].ReadLinearizable(func(led *Ledger) { books = led.Books() }); err != nil {
 		t.Fatal(err)
 	}
-	if len(books) != 1 {
-		t.Fatalf("books %+v", books)
+	var settled, forfeited, reserved, over Nanos
+	for _, b := range books {
+		if b.Settled > b.Limit {
+			t.Fatalf("day %s settled %v over its limit %v", b.Period, b.Settled, b.Limit)
+		}
+		settled, forfeited, reserved, over = settled+b.Settled, forfeited+b.Forfeited, reserved+b.Reserved, over+b.Overspend
 	}
-	b := books[0]
-	if b.Settled != Nanos(charged.Load()) || b.Reserved != 0 || b.Overspend != 0 || b.Settled > limit {
-		t.Fatalf("after quiescence: settled %v (charged %v), reserved %v, overspend %v, limit %v",
-			b.Settled, Nanos(charged.Load()), b.Reserved, b.Overspend, limit)
+	got := Nanos(charged.Load())
+	switch {
+	case over != 0 || reserved != 0:
+		t.Fatalf("after quiescence: overspend %v, reserved %v (books %+v)", over, reserved, books)
+	case crashed == 0 && settled != got:
+		t.Fatalf("settled %v, charged %v: with no crash they must be equal", settled, got)
+	case got > settled || got < settled-forfeited:
+		t.Fatalf("charged %v outside [settled %v - written off %v, settled]", got, settled, forfeited)
 	}
-	t.Logf("charged %v of %v through %d voters (%d killed)", b.Settled, Nanos(limit), voters, killed)
+	t.Logf("charged %v over %d day(s) through %d voters (%d killed, %d node crashes, %v written off)", got, len(books), voters, killed, crashed, forfeited)
 }
 
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {

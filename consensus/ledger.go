@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Command is the one envelope every change to the ledger travels in.
@@ -93,6 +94,7 @@ func (b *Books) Reserved() Nanos {
 
 // nodeSeq orders one node's sync commands within its boot (epoch).
 type nodeSeq struct {
+	Boot  int64  `json:"boot"` // the boot the epoch was assigned to
 	Epoch int64  `json:"epoch"`
 	Seq   uint64 `json:"seq"`
 }
@@ -174,9 +176,12 @@ var (
 // error result (a newer leader's command an older replica cannot read
 // changes nothing here), never a panic.
 func (l *Ledger) Apply(cmd Command) Result {
-	if cmd.Time > l.s.Time {
-		l.s.Time = cmd.Time
+	// Time never runs backwards here, whatever a new leader's clock says:
+	// a period once over stays over.
+	if cmd.Time < l.s.Time {
+		cmd.Time = l.s.Time
 	}
+	l.s.Time = cmd.Time
 	l.prune(cmd.Time)
 	if cmd.ID != "" && l.applied[cmd.ID] {
 		r := Result{Duplicate: true}
@@ -268,11 +273,14 @@ func (l *Ledger) apply(cmd Command) Result {
 	case CmdForfeit:
 		var c struct {
 			Node string `json:"node"`
+			// ExpiredBefore, when set, limits the forfeit to leases that
+			// expired before it (the leader's automatic clean-up).
+			ExpiredBefore int64 `json:"expired_before,omitempty"`
 		}
 		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {
 			return fail(fmt.Errorf("%w: forfeit", ErrInvalid))
 		}
-		l.forfeit(c.Node, func(*Lease) bool { return true })
+		l.forfeit(c.Node, func(le *Lease) bool { return c.ExpiredBefore == 0 || le.Expires < c.ExpiredBefore })
 	default:
 		return fail(fmt.Errorf("%w %q", ErrUnknownCommand, cmd.Type))
 	}
@@ -338,10 +346,15 @@ func sortedKeys[V any](m map[string]V) []string {
 // older one applied after a newer, changes nothing.
 type SyncCmd struct {
 	Node string `json:"node"`
-	// Epoch identifies the node's boot; Seq orders its syncs within it.
-	// A sync from a newer epoch first forfeits the leases of older ones:
-	// a restarted node cannot account for what it spent before.
-	Epoch int64       `json:"epoch"`
+	// Epoch identifies the node's boot, as the ledger assigned it; Seq
+	// orders its syncs within it. A node that has none yet sends 0 and
+	// is given a new one, which first forfeits the leases of its older
+	// epochs: a restarted node cannot account for what it spent before.
+	// A sync from an epoch older than the node's latest is refused.
+	Epoch int64 `json:"epoch"`
+	// Boot is a nonce of the node's process: a request for an epoch that
+	// arrives twice (a retry, a delayed copy) gets the same one.
+	Boot  int64       `json:"boot"`
 	Seq   uint64      `json:"seq"`
 	Usage []UsageItem `json:"usage,omitempty"`
 	Want  []WantItem  `json:"want,omitempty"`
@@ -365,11 +378,15 @@ type WantItem struct {
 
 // SyncResult is every lease the node holds after the sync.
 type SyncResult struct {
+	Epoch  int64       `json:"epoch"` // the node's epoch
 	Leases []LeaseView `json:"leases"`
 	// Exhausted names tenants whose budget could not cover what was
 	// wanted.
 	Exhausted []string `json:"exhausted,omitempty"`
-	Stale     bool     `json:"stale,omitempty"` // the sync was older than one applied
+	// Stale means the sync was older than one applied, or of an older
+	// epoch: nothing in it was applied, and an older epoch's node must
+	// not spend.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // LeaseView is a lease as its node sees it.
@@ -380,6 +397,10 @@ type LeaseView struct {
 	Granted Nanos  `json:"granted"`
 	Spent   Nanos  `json:"spent"`
 	Expires int64  `json:"expires"`
+	// ExpiresIn is how long the lease had left when the sync applied,
+	// in ns: a node measures it on its own clock, whatever the leader's
+	// says. It never runs past the period's end.
+	ExpiresIn int64 `json:"expires_in"`
 	// Remaining is what the tenant's books could still grant.
 	Remaining Nanos `json:"remaining"`
 }
@@ -387,14 +408,29 @@ type LeaseView struct {
 func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 	seq := l.s.Nodes[c.Node]
 	switch {
-	case seq == nil || c.Epoch > seq.Epoch:
-		if seq != nil {
-			epoch := c.Epoch
-			l.forfeit(c.Node, func(le *Lease) bool { return le.Epoch < epoch })
+	case c.Epoch == 0 && seq != nil && seq.Boot == c.Boot:
+		// This boot asked before (a retry or a delayed copy): the same
+		// epoch, and nothing else in a request for one.
+		r := l.syncResult(c.Node, now, nil)
+		r.Stale = c.Seq <= seq.Seq
+		if !r.Stale {
+			c.Epoch = seq.Epoch
+			break
 		}
-		seq = &nodeSeq{Epoch: c.Epoch}
+		return r
+	case c.Epoch == 0:
+		// A new boot: a new epoch, after every epoch the ledger has seen
+		// of the node; what older ones hold is written off.
+		epoch := now
+		if seq != nil {
+			epoch = max(epoch, seq.Epoch+1)
+			old := seq.Epoch
+			l.forfeit(c.Node, func(le *Lease) bool { return le.Epoch <= old })
+		}
+		seq = &nodeSeq{Boot: c.Boot, Epoch: epoch}
 		l.s.Nodes[c.Node] = seq
-	case c.Epoch < seq.Epoch || c.Seq <= seq.Seq:
+		c.Epoch = epoch
+	case seq == nil || c.Epoch != seq.Epoch || c.Seq <= seq.Seq:
 		r := l.syncResult(c.Node, now, nil)
 		r.Stale = true
 		return r
@@ -440,25 +476,30 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			le.Granted += grant
 		}
 	}
-	l.renew(c.Node, c.Epoch, now+max(c.TTL, 0))
+	l.renew(c.Node, c.Epoch, now, now+max(c.TTL, 0))
 	l.close(now)
 	return l.syncResult(c.Node, now, exhausted)
 }
 
-// renew extends the expiry of node's leases of this epoch.
-func (l *Ledger) renew(node string, epoch, until int64) {
+// renew extends the expiry of node's leases of this epoch, never past
+// their period's end: a day's escrow is not spent the next day.
+func (l *Ledger) renew(node string, epoch, now, until int64) {
 	for _, b := range l.s.Books {
-		if le := b.Leases[node]; le != nil && le.Epoch == epoch && until > le.Expires {
-			le.Expires = until
+		if le := b.Leases[node]; le != nil && le.Epoch == epoch {
+			le.Expires = max(le.Expires, min(until, b.End))
 		}
 	}
 }
 
-// close drops the books of periods that have ended and hold no escrow.
+// booksRetention is how long the books of an ended period are kept, for
+// operators to read, once they hold no escrow: a month and a day.
+const booksRetention = int64(32 * 24 * time.Hour)
+
+// close drops the books of periods that ended long ago and hold no escrow.
 func (l *Ledger) close(now int64) {
 	for _, k := range sortedKeys(l.s.Books) {
 		b := l.s.Books[k]
-		if b.End <= now && len(b.Leases) == 0 {
+		if b.End <= now-booksRetention && len(b.Leases) == 0 {
 			delete(l.s.Books, k)
 		}
 	}
@@ -466,12 +507,17 @@ func (l *Ledger) close(now int64) {
 
 func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncResult {
 	r := &SyncResult{Leases: []LeaseView{}, Exhausted: exhausted}
+	seq := l.s.Nodes[node]
+	if seq == nil {
+		return r
+	}
+	r.Epoch = seq.Epoch
 	for _, k := range sortedKeys(l.s.Books) {
 		b := l.s.Books[k]
-		if le := b.Leases[node]; le != nil {
+		if le := b.Leases[node]; le != nil && le.Epoch == seq.Epoch {
 			r.Leases = append(r.Leases, LeaseView{
 				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
-				Expires: le.Expires, Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
+				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
 			})
 		}
 	}
@@ -573,6 +619,20 @@ func (l *Ledger) Books() []BookView {
 
 // RatesUntil returns until when rate shares granted so far may matter.
 func (l *Ledger) RatesUntil() int64 { return l.s.RatesUntil }
+
+// ExpiredLeases returns the nodes holding escrow in leases that expired
+// before t, sorted.
+func (l *Ledger) ExpiredLeases(t int64) []string {
+	seen := map[string]bool{}
+	for _, b := range l.s.Books {
+		for node, le := range b.Leases {
+			if le.Expires < t && le.Reserved() > 0 {
+				seen[node] = true
+			}
+		}
+	}
+	return sortedKeys(seen)
+}
 
 // Time returns the timestamp of the last command applied.
 func (l *Ledger) Time() int64 { return l.s.Time }

@@ -16,16 +16,22 @@ import (
 // admitted while what the node sent the provider in the last minute stays
 // under its share, in requests and in tokens.
 //
-// Without a lease (before the first renewal, or when the leader cannot be
-// reached until it expires) a node uses a safe share: the capacity divided
-// by the number of nodes in the mesh, which all of them may use at once.
+// Without a lease in force (before the first renewal, or once it expired
+// because the leader could not be reached) a node sends nothing to a
+// limited provider: another node may hold the whole capacity, and the
+// guarantee comes before availability. Only in a mesh with no voters at
+// all, where no share can exist, does each node take an even part of the
+// capacity for itself.
 type RateHolder struct {
-	node   string
-	caps   map[string][2]float64 // provider → configured rpm, tpm (0: none)
-	renew  func(ctx context.Context, demands []Demand) ([]Grant, time.Duration, time.Duration, error)
-	nodes  func() int // nodes in the mesh, for the safe share
-	window time.Duration
-	now    func() time.Time
+	node  string
+	caps  map[string][2]float64 // provider → configured rpm, tpm (0: none)
+	renew func(ctx context.Context, demands []Demand) ([]Grant, time.Duration, time.Duration, error)
+	nodes func() int // nodes in the mesh, for the even part
+	// noVoters reports that the mesh has no voters: no ledger, no shares.
+	noVoters func() bool
+	renewed  bool // a renewal succeeded
+	window   time.Duration
+	now      func() time.Time
 
 	mu     sync.Mutex
 	shares map[string]*rateShare
@@ -55,8 +61,9 @@ type tokenRec struct {
 
 // NewRateHolder returns a holder for providers with configured limits.
 // renew asks the leader for shares; nodes counts the mesh.
-func NewRateHolder(node string, providers []*route.Provider, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int) *RateHolder {
-	h := &RateHolder{node: node, caps: map[string][2]float64{}, renew: renew, nodes: nodes, window: time.Minute, now: time.Now, shares: map[string]*rateShare{}}
+func NewRateHolder(node string, providers []*route.Provider, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int, noVoters func() bool) *RateHolder {
+	h := &RateHolder{node: node, caps: map[string][2]float64{}, renew: renew, nodes: nodes, noVoters: noVoters,
+		window: time.Minute, now: time.Now, shares: map[string]*rateShare{}}
 	for _, p := range providers {
 		if p.RPM > 0 || p.TPM > 0 {
 			h.caps[p.Name] = [2]float64{float64(p.RPM), float64(p.TPM)}
@@ -73,6 +80,9 @@ func (h *RateHolder) limits(p string, s *rateShare, now time.Time) (rpm, tpm flo
 	}
 	if now.Before(s.expires) {
 		return s.rpm, s.tpm
+	}
+	if !h.noVoters() {
+		return 0, 0
 	}
 	c, n := h.caps[p], float64(max(h.nodes(), 1))
 	rpm, tpm = math.Inf(1), math.Inf(1)
@@ -109,7 +119,7 @@ func (h *RateHolder) check(provider string, tokens int, now time.Time, take bool
 	s.trim(now, h.window)
 	rpm, tpm := h.limits(provider, s, now)
 	okReq := float64(len(s.sent)) < rpm
-	okTok := s.tokenSum+float64(tokens) <= tpm || (s.tokenSum == 0 && float64(tokens) > tpm && tpm > 0)
+	okTok := s.tokenSum+float64(tokens) <= tpm
 	// Demand is every attempt, and every request refused for want of a
 	// share: what the node would send if it could.
 	if (take || !okReq || !okTok) && len(s.wanted) < maxWanted {
@@ -217,6 +227,7 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.renewed = true
 	for _, g := range grants {
 		s := h.shares[g.Provider]
 		if s == nil {
@@ -227,6 +238,15 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 		s.saw429 = false
 	}
 	return refresh, nil
+}
+
+// Ready reports whether the holder can admit requests to limited
+// providers: it has renewed once, or the mesh has no voters, or no
+// provider is limited.
+func (h *RateHolder) Ready() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.renewed || len(h.caps) == 0 || h.noVoters()
 }
 
 // Shares returns each provider's share in force, for operators.

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -53,6 +54,9 @@ type allocator struct {
 	holders    map[string]map[string]*holding // provider → node
 	learnUntil time.Time
 	granted    time.Time // the last grant of a limited share
+	// ready is set once this leader has learned what it must and marked
+	// in the ledger that it grants; until then it grants nothing.
+	ready bool
 }
 
 type holding struct {
@@ -93,6 +97,7 @@ func (a *allocator) startLearning(now, marked time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.holders = map[string]map[string]*holding{}
+	a.ready = false
 	a.learnUntil = time.Time{}
 	if marked.After(now) {
 		a.learnUntil = now.Add(a.lease + a.window)
@@ -101,6 +106,16 @@ func (a *allocator) startLearning(now, marked time.Time) {
 		}
 	}
 }
+
+// setReady lets the allocator grant (ready) or stops it.
+func (a *allocator) setReady(ready bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ready = ready
+}
+
+// errNotGranting answers renewals before a new leader is ready.
+var errNotGranting = fmt.Errorf("%w: the new leader is not granting rate shares yet", ErrNoLeader)
 
 // horizon is until when the shares granted so far may matter, for the
 // ledger's mark; zero when none was granted.
@@ -123,9 +138,12 @@ func (a *allocator) setCapacities(caps []RateCapacity) {
 }
 
 // grant answers one node's renewal.
-func (a *allocator) grant(node string, demands []Demand, now time.Time) []Grant {
+func (a *allocator) grant(node string, demands []Demand, now time.Time) ([]Grant, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.ready {
+		return nil, errNotGranting
+	}
 	out := make([]Grant, 0, len(demands))
 	for _, d := range demands {
 		c, ok := a.caps[d.Provider]
@@ -163,7 +181,7 @@ func (a *allocator) grant(node string, demands []Demand, now time.Time) []Grant 
 		a.prune(hs, now)
 		out = append(out, g)
 	}
-	return out
+	return out, nil
 }
 
 // share computes one node's share of one dimension (requests or tokens)
@@ -173,15 +191,16 @@ func (a *allocator) share(hs map[string]*holding, node string, now time.Time, c 
 	if c == 0 {
 		return 0
 	}
+	// Others hold what they may have sent in the window, whether or not
+	// they still ask: a node that went quiet may have sent its share.
 	var others float64
 	active := 0
 	for name, h := range hs {
-		if now.Sub(h.seen) > a.lease {
-			continue // not asking any more
-		}
-		active++
 		if name != node {
 			others += a.committed(h, now, of)
+		}
+		if now.Sub(h.seen) <= a.lease {
+			active++
 		}
 	}
 	// Every node wants at least half an even share, so that one that

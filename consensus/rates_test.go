@@ -20,13 +20,15 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 	a := newAllocator(30*time.Second, time.Minute)
 	a.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
 	a.startLearning(clock, time.Time{}) // a new cluster: nothing to learn
+	a.setReady(true)
 	providers := []*route.Provider{{Name: "p", RPM: capacity}}
 	var holders []*RateHolder
 	for i := range 3 {
 		name := string(rune('a' + i))
 		h := NewRateHolder(name, providers, func(_ context.Context, ds []Demand) ([]Grant, time.Duration, time.Duration, error) {
-			return a.grant(name, ds, clock), a.lease, 5 * time.Second, nil
-		}, func() int { return 3 })
+			g, err := a.grant(name, ds, clock)
+			return g, a.lease, 5 * time.Second, err
+		}, func() int { return 3 }, func() bool { return false })
 		h.now = func() time.Time { return clock }
 		holders = append(holders, h)
 	}
@@ -45,6 +47,7 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 		}
 		if sec == 300 {
 			a.startLearning(clock, a.horizon()) // a new leader, knowing nothing
+			a.setReady(true)
 		}
 		demand := phases[sec/120]
 		n := 0
@@ -94,12 +97,13 @@ func TestRateCutOn429(t *testing.T) {
 	a := newAllocator(30*time.Second, time.Minute)
 	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 1000}})
 	a.startLearning(now, time.Time{})
-	full := a.grant("n", []Demand{{Provider: "p", WantRPM: 5000}}, now)[0].RPM
-	cut := a.grant("n", []Demand{{Provider: "p", WantRPM: 5000, Saw429: true}}, now.Add(time.Hour))[0].RPM
+	a.setReady(true)
+	full := grant1(t, a, "n", []Demand{{Provider: "p", WantRPM: 5000}}, now).RPM
+	cut := grant1(t, a, "n", []Demand{{Provider: "p", WantRPM: 5000, Saw429: true}}, now.Add(time.Hour)).RPM
 	if full != 1000 || cut >= full {
 		t.Fatalf("full %v, after a 429 %v", full, cut)
 	}
-	if u := a.grant("n", []Demand{{Provider: "q"}}, now)[0]; !u.Unlimited {
+	if u := grant1(t, a, "n", []Demand{{Provider: "q"}}, now); !u.Unlimited {
 		t.Fatal("a provider without a limit is not unlimited")
 	}
 }
@@ -112,17 +116,76 @@ func TestShareMovesOnlyAfterTheWindow(t *testing.T) {
 	a := newAllocator(30*time.Second, time.Minute)
 	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
 	a.startLearning(t0, time.Time{})
-	big := a.grant("a", []Demand{{Provider: "p", WantRPM: 5000}}, t0)[0].RPM
+	a.setReady(true)
+	big := grant1(t, a, "a", []Demand{{Provider: "p", WantRPM: 5000}}, t0).RPM
 	// a's demand falls; it renews and gets little.
-	small := a.grant("a", []Demand{{Provider: "p", WantRPM: 1}}, t0.Add(10*time.Second))[0].RPM
+	small := grant1(t, a, "a", []Demand{{Provider: "p", WantRPM: 1}}, t0.Add(10*time.Second)).RPM
 	// b asks for all of it while a may still have sent `big` in the window.
-	b := a.grant("b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(40*time.Second))[0].RPM
+	b := grant1(t, a, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(40*time.Second)).RPM
 	if big+b > 600 {
 		t.Fatalf("a was granted %v, then %v; b got %v while a's %v may be in the window", big, small, b, big)
 	}
-	// Once a's large grant has expired and a window has passed, b gets it.
-	later := a.grant("b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(30*time.Second+61*time.Second))[0].RPM
-	if later < 500 {
+	// Once a's last grant (at 10 s) has expired and a window has passed,
+	// b gets it.
+	later := grant1(t, a, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(10*time.Second+30*time.Second+61*time.Second)).RPM
+	if later != 600 {
 		t.Fatalf("b got %v once the window had passed", later)
+	}
+}
+
+func grant1(t *testing.T, a *allocator, node string, ds []Demand, now time.Time) Grant {
+	t.Helper()
+	g, err := a.grant(node, ds, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g[0]
+}
+
+// A node that goes quiet after sending its whole share keeps it, as far
+// as the others are concerned, for its lease and a window: it may have
+// sent all of it in the last minute.
+func TestQuietNodesShareIsNotReusedEarly(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	a := newAllocator(30*time.Second, time.Minute)
+	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
+	a.startLearning(t0, time.Time{})
+	a.setReady(true)
+	first := grant1(t, a, "a", []Demand{{Provider: "p", WantRPM: 5000}}, t0).RPM
+	for _, at := range []time.Duration{31 * time.Second, 60 * time.Second, 89 * time.Second} {
+		if b := grant1(t, a, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(at)).RPM; first+b > 600 {
+			t.Fatalf("at %v b got %v while a, silent, may have sent %v in the window", at, b, first)
+		}
+	}
+}
+
+// A new leader grants nothing until it is ready (it has marked in the
+// ledger that shares are being granted).
+func TestNoGrantsBeforeReady(t *testing.T) {
+	a := newAllocator(30*time.Second, time.Minute)
+	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
+	a.startLearning(time.Unix(0, 0), time.Time{})
+	if _, err := a.grant("a", []Demand{{Provider: "p", WantRPM: 10}}, time.Unix(1, 0)); err == nil {
+		t.Fatal("granted before ready")
+	}
+}
+
+// A node whose lease has expired sends nothing to a limited provider,
+// unless the mesh has no voters at all; a request above the token share
+// is refused.
+func TestRateHolderWithoutLease(t *testing.T) {
+	now := time.Unix(100, 0)
+	providers := []*route.Provider{{Name: "p", RPM: 600, TPM: 1000}}
+	noVoters := false
+	h := NewRateHolder("n", providers, nil, func() int { return 3 }, func() bool { return noVoters })
+	if ok, _ := h.Allow("p", 1, now); ok {
+		t.Fatal("admitted without a lease while voters exist")
+	}
+	noVoters = true
+	if ok, _ := h.Take("p", 100, now); !ok {
+		t.Fatal("refused an even part of the capacity in a mesh without voters")
+	}
+	if ok, _ := h.Allow("p", 400, now); ok {
+		t.Fatal("admitted beyond the token share (1000/3)")
 	}
 }

@@ -69,8 +69,18 @@ func (c *Client) target() (string, error) {
 }
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	voters := map[string]bool{addr: true}
+	for _, v := range c.membership.Voters() {
+		voters[v.RPCAddr] = true
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for a, cc := range c.conns { // voters that moved or went: close
+		if !voters[a] {
+			_ = cc.Close()
+			delete(c.conns, a)
+		}
+	}
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
@@ -144,8 +154,8 @@ func (c *Client) Rates(ctx context.Context, demands []Demand) ([]Grant, time.Dur
 
 func (c *Client) rates(ctx context.Context, node string, demands []Demand, hops uint32) ([]Grant, time.Duration, time.Duration, error) {
 	if c.server != nil && c.server.IsLeader() {
-		g := c.server.rates.grant(node, demands, c.server.now())
-		return g, c.server.rates.lease, c.server.rates.lease / 6, nil
+		g, err := c.server.rates.grant(node, demands, c.server.now())
+		return g, c.server.rates.lease, c.server.rates.lease / 6, err
 	}
 	lc, err := c.remote(hops)
 	if err != nil {

@@ -34,11 +34,18 @@ type VoterInfo struct {
 	State    string // alive, draining, leaving, failed or left
 }
 
-// Membership tells the consensus layer which voters the mesh has. node/
-// provides it from gossip.
+// Membership tells the consensus layer which voters the mesh has, and
+// whether a node is gone (failed, left, or unknown). node/ provides it
+// from gossip.
 type Membership interface {
 	Voters() []VoterInfo
+	Gone(node string) bool
 }
+
+// ForfeitGrace is how long after its lease expired the escrow of a node
+// that is gone from the mesh is written off as spent, by the leader: long
+// enough for a partition to heal and the node to report.
+const ForfeitGrace = 10 * time.Minute
 
 // ServerConfig configures a voter.
 type ServerConfig struct {
@@ -272,14 +279,20 @@ func (s *Server) bootstrap(servers []raft.Server) error {
 	return nil
 }
 
-// bootstrapLoop waits until BootstrapExpect voters are alive in the
-// membership, then bootstraps with exactly them. Every expected voter
-// computes the same set, so their bootstraps agree. A voter that sees
-// more than expected is joining an existing cluster and waits to be added
-// by its leader instead.
+// bootstrapLoop waits until exactly BootstrapExpect voters are alive in
+// the membership, and the set has stayed the same for a second, then
+// bootstraps with exactly them — but only on the voter with the lowest
+// name in the set: it becomes the leader and brings the others in. Two
+// voters bootstrapping different sets would make two clusters whose first
+// entries collide, which Raft can never repair; with one bootstrapper per
+// set that needs two voters each lowest in a different view of the mesh.
+// A voter that sees more than expected is joining an existing cluster and
+// waits for its leader to add it.
 func (s *Server) bootstrapLoop() {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	var last string
+	var stableSince time.Time
 	for {
 		select {
 		case <-s.stop:
@@ -295,10 +308,17 @@ func (s *Server) bootstrapLoop() {
 				servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
 			}
 		}
-		if len(servers) != s.cfg.BootstrapExpect {
+		slices.SortFunc(servers, func(a, b raft.Server) int { return cmpStr(string(a.ID), string(b.ID)) })
+		key := fmt.Sprint(servers)
+		if key != last {
+			last, stableSince = key, time.Now()
+		}
+		if len(servers) != s.cfg.BootstrapExpect || time.Since(stableSince) < time.Second {
 			continue
 		}
-		slices.SortFunc(servers, func(a, b raft.Server) int { return cmpStr(string(a.ID), string(b.ID)) })
+		if string(servers[0].ID) != s.cfg.ID {
+			continue // the lowest-named voter bootstraps; this one waits for it
+		}
 		if err := s.bootstrap(servers); err != nil {
 			s.log.Warn("bootstrap failed", "err", err)
 		}
@@ -358,6 +378,16 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	var ratesUntil int64
 	s.fsm.Read(func(l *Ledger) { ratesUntil = l.RatesUntil() })
 	s.rates.startLearning(s.now(), time.Unix(0, ratesUntil))
+	// Mark before the first grant: should this leader die right after
+	// granting, the next one must know that shares may be held.
+	first := s.now().Add(s.rates.lease + s.rates.window + 2*rateMarkEvery)
+	c, _ := newCommand("", CmdRateMark, map[string]int64{"until": first.UnixNano()})
+	if _, err := s.Apply(context.Background(), c); err != nil {
+		s.log.Warn("could not mark rate shares; not granting this term", "err", err)
+	} else {
+		s.rates.setReady(true)
+	}
+	defer s.rates.setReady(false)
 	if s.cfg.Seed != nil {
 		for _, c := range s.cfg.Seed() {
 			if _, err := s.Apply(context.Background(), c); err != nil {
@@ -370,7 +400,7 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	defer t.Stop()
 	mark := time.NewTicker(rateMarkEvery)
 	defer mark.Stop()
-	var marked time.Time
+	marked := first.Add(-2 * rateMarkEvery)
 	for {
 		s.reconcile()
 		select {
@@ -381,6 +411,7 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			return
 		case <-t.C:
 			s.syncCapacities()
+			s.forfeitGone()
 		case <-mark.C:
 			// Record (once every few seconds, not per grant) until when
 			// the shares granted may matter, with room for the grants
@@ -433,6 +464,29 @@ func (s *Server) reconcile() {
 	}
 }
 
+// forfeitGone writes off the escrow of nodes gone from the mesh whose
+// leases expired more than ForfeitGrace ago: they cannot report any more,
+// and their escrow would otherwise stay reserved for the whole period.
+func (s *Server) forfeitGone() {
+	if s.cfg.Membership == nil {
+		return
+	}
+	before := s.now().Add(-ForfeitGrace).UnixNano()
+	var nodes []string
+	s.fsm.Read(func(l *Ledger) { nodes = l.ExpiredLeases(before) })
+	for _, node := range nodes {
+		if !s.cfg.Membership.Gone(node) {
+			continue
+		}
+		c, _ := newCommand("", CmdForfeit, map[string]any{"node": node, "expired_before": before})
+		if _, err := s.Apply(context.Background(), c); err != nil {
+			s.log.Warn("could not write off a gone node's escrow", "node", node, "err", err)
+		} else {
+			s.log.Info("escrow of a gone node written off as spent", "node", node)
+		}
+	}
+}
+
 // syncCapacities hands the ledger's provider capacities to the allocator.
 func (s *Server) syncCapacities() {
 	var caps []RateCapacity
@@ -467,9 +521,24 @@ func (s *Server) Apply(ctx context.Context, cmd Command) (Result, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
+	if timeout <= 0 {
+		return Result{}, context.DeadlineExceeded
+	}
 	start := time.Now()
 	f := s.raft.Apply(b, timeout)
-	if err := f.Error(); err != nil {
+	// raft's timeout bounds only the enqueue; the wait for the commit is
+	// bounded here. (The future resolves later, at the latest when Raft
+	// shuts down; its waiter ends then.)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case <-time.After(timeout):
+		return Result{}, fmt.Errorf("consensus: apply: %w after %v", context.DeadlineExceeded, timeout)
+	}
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return Result{}, ErrNotLeader
 		}

@@ -19,6 +19,7 @@ import (
 
 var (
 	errNoLedger          = errors.New("this node has no part in the ledger: it is not a voter and does not gossip")
+	errNoSuchTenant      = errors.New("no such tenant")
 	errLedgerUnavailable = errors.New("the ledger cannot be reached")
 	errAdminToken        = errors.New("this admin endpoint needs the admin token: send Authorization: Bearer TOKEN")
 	errAdminRemote       = errors.New("without an admin token the admin API answers only on loopback: set node.admin_token_env")
@@ -265,10 +266,42 @@ func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+	case strings.Contains(res.Err, consensus.ErrNoTenant.Error()):
+		writeError(w, fmt.Errorf("%w: %s", errNoSuchTenant, res.Err))
 	case res.Err != "":
 		writeError(w, &route.InvalidRequestError{Msg: res.Err})
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "limit_usd": *req.USD, "period": req.Period})
+	}
+}
+
+// forfeit serves POST /v1/mesh/budgets/forfeit {"node": "name"}: the
+// escrow of a node that will not come back (its name retired) is written
+// off as spent, so that it stops holding budget for the rest of a period.
+// (The leader does it by itself for a gone node whose leases expired more
+// than ten minutes ago.)
+func (n *Node) forfeit(w http.ResponseWriter, r *http.Request) {
+	if n.ledger == nil {
+		writeError(w, errNoLedger)
+		return
+	}
+	var req struct {
+		Node string `json:"node"`
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil || json.Unmarshal(body, &req) != nil || req.Node == "" {
+		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"node": "NAME"}`})
+		return
+	}
+	b, _ := json.Marshal(req)
+	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.name), Type: consensus.CmdForfeit, Body: b})
+	switch {
+	case err != nil:
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+	case res.Err != "":
+		writeError(w, &route.InvalidRequestError{Msg: res.Err})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"node": req.Node, "forfeited": true})
 	}
 }
 

@@ -61,7 +61,7 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, route.ErrModelNotFound):
 		e.Type, e.Code = "invalid_request_error", "model_not_found"
 		return http.StatusNotFound, e
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, errNotFound), errors.Is(err, errNoSuchTenant):
 		e.Type, e.Code = "invalid_request_error", "not_found"
 		return http.StatusNotFound, e
 	case errors.Is(err, errMethod):

@@ -34,6 +34,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/join", n.only(http.MethodPost, n.admin(n.join)))
 	mux.HandleFunc("/v1/mesh/budgets", n.only(http.MethodGet, n.admin(n.budgets)))
 	mux.HandleFunc("/v1/mesh/budgets/{tenant}", n.only(http.MethodPut, n.admin(n.setBudget)))
+	mux.HandleFunc("/v1/mesh/budgets/forfeit", n.only(http.MethodPost, n.admin(n.forfeit)))
 	mux.HandleFunc("/v1/mesh/raft/peers", n.only(http.MethodGet, n.admin(n.raftPeers)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound)

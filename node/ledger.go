@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,12 @@ type ledger struct {
 	budgets *consensus.BudgetHolder
 	rates   *consensus.RateHolder
 
-	budgeted atomic.Pointer[map[string]bool] // tenants with a budget
+	// budgeted holds the tenants with a budget, once read from the
+	// ledger; until then it holds nil and every tenant is held to escrow.
+	budgeted atomic.Pointer[map[string]bool]
+	// configBudgeted are the tenants the file gives a budget: what holds
+	// in a mesh with no voters, where nothing can have changed them.
+	configBudgeted map[string]bool
 
 	grpc   *grpc.Server
 	rpcLn  net.Listener
@@ -39,14 +45,14 @@ type ledger struct {
 type LedgerTuning func(*consensus.ServerConfig)
 
 func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning) (*ledger, error) {
-	l := &ledger{n: n}
-	budgeted := map[string]bool{}
+	l := &ledger{n: n, configBudgeted: map[string]bool{}}
 	for _, t := range s.tenants {
 		if t.budget != nil {
-			budgeted[t.name] = true
+			l.configBudgeted[t.name] = true
 		}
 	}
-	l.budgeted.Store(&budgeted)
+	var unknown map[string]bool
+	l.budgeted.Store(&unknown)
 	if s.voter {
 		cfg := consensus.ServerConfig{
 			ID: s.name, Bind: s.raftAddr, DataDir: s.dataDir, BootstrapExpect: s.bootstrapExpect,
@@ -80,7 +86,7 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 			}
 		}
 		return alive
-	})
+	}, func() bool { return len(membership{n}.Voters()) == 0 })
 	return l, nil
 }
 
@@ -118,6 +124,9 @@ func (l *ledger) listen(ctx context.Context) error {
 		}
 	}
 	if addr := l.n.s.rpcAddr; addr != "" {
+		if host, _, _ := net.SplitHostPort(addr); l.n.s.rpcToken == "" && !isLoopback(host) {
+			l.n.log.Warn("node.rpc is reachable beyond this host and unauthenticated: set node.gossip_key_env or node.gossip_key_file (peers then authenticate with a token derived from it)")
+		}
 		var lc net.ListenConfig
 		ln, err := lc.Listen(ctx, "tcp", addr)
 		if err != nil {
@@ -145,11 +154,20 @@ func (l *ledger) run() {
 func (l *ledger) refreshTenants(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
+	wait := time.Duration(0) // at once, then every two seconds (faster until known)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
+		}
+		wait = 2 * time.Second
+		if *l.budgeted.Load() == nil {
+			wait = 200 * time.Millisecond
+		}
+		if len(membership{l.n}.Voters()) == 0 {
+			l.budgeted.Store(&l.configBudgeted)
+			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		b, _, err := l.client.Read(rctx, "tenants", false)
@@ -161,7 +179,9 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		if json.Unmarshal(b, &ts) != nil {
 			continue
 		}
-		m := map[string]bool{}
+		// The file's budgeted tenants count whatever the ledger says (it
+		// may not have been seeded yet): the set fails closed.
+		m := maps.Clone(l.configBudgeted)
 		for _, t := range ts {
 			if t.Budget != nil {
 				m[t.Name] = true
@@ -179,10 +199,12 @@ func (l *ledger) rpcAddr() string {
 	return l.rpcLn.Addr().String()
 }
 
-// ready reports whether the request path can spend: escrow synced once
-// when any tenant has a budget.
+// ready reports whether the request path can spend: the budgeted tenants
+// are known, escrow has synced once if any has a budget, and the rate
+// shares have been renewed once.
 func (l *ledger) ready() bool {
-	return len(*l.budgeted.Load()) == 0 || l.budgets.Ready()
+	b := *l.budgeted.Load()
+	return b != nil && (len(b) == 0 || l.budgets.Ready()) && l.rates.Ready()
 }
 
 // stop reports spend and gives escrow back (the holders' final sync),
@@ -207,8 +229,9 @@ func (l *ledger) stop() {
 	}
 }
 
-// kill stops everything at once, as a crash would.
+// kill stops everything at once, as a crash would: escrow stays reserved.
 func (l *ledger) kill() {
+	l.budgets.Crash()
 	if l.grpc != nil {
 		l.grpc.Stop()
 	}
@@ -241,4 +264,26 @@ func (m membership) Voters() []consensus.VoterInfo {
 		}
 	}
 	return out
+}
+
+// Gone implements consensus.Membership: a node failed, left, or unknown.
+func (m membership) Gone(node string) bool {
+	n := m.n
+	if node == n.s.name {
+		return false
+	}
+	if n.mesh == nil {
+		return true
+	}
+	for _, mem := range n.mesh.Members() {
+		if mem.Name == node {
+			return mem.State == "failed" || mem.State == "left"
+		}
+	}
+	return true
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

@@ -309,6 +309,13 @@ func TestVoterRestartRecovers(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = again.Shutdown(context.Background()) })
 	url := "http://" + again.HTTPAddr()
+	// At once, before it could have caught up from the leader, its
+	// replica holds the ledger of its snapshot.
+	var restored struct{ Budgets []node.BudgetInfo }
+	getJSON(t, url+"/v1/mesh/budgets?consistency=stale", "", &restored)
+	if len(restored.Budgets) != 1 || restored.Budgets[0].LimitUSD != 7 {
+		t.Fatalf("right after the restart the replica holds %+v", restored.Budgets)
+	}
 	eventually(t, 20*time.Second, "the restarted voter to be ready", again.Ready)
 	var stale struct {
 		Consistency string
@@ -333,5 +340,48 @@ func TestVoterRestartRecovers(t *testing.T) {
 	}
 	if resp := postTo(t, url, hello); resp.StatusCode != 200 {
 		t.Fatalf("the restarted node answers %d", resp.StatusCode)
+	}
+}
+
+// Budgets change live through the admin API; an unknown tenant is a 404;
+// a node's escrow can be written off.
+func TestBudgetAdminAPI(t *testing.T) {
+	m := startMeshWith(t, 1, []upstream{{name: "p", kind: "openai", in: 1, out: 1}}, voters(t, 1, func(i int, c *node.Config) {
+		c.Tenants[0].Budget = &node.BudgetSection{USD: 1, Period: "month"}
+	}), fastRaft)
+	put := func(tenant, body string) int {
+		req, _ := http.NewRequest(http.MethodPut, m.urls[0]+"/v1/mesh/budgets/"+tenant, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := put("t1", `{"usd": 3, "period": "day"}`); code != 200 {
+		t.Fatalf("set: %d", code)
+	}
+	eventually(t, 5*time.Second, "the new limit", func() bool {
+		bs := budgetsOf(t, m.urls[0])
+		for _, b := range bs {
+			if b.LimitUSD == 3 && len(b.Period) == len("2006-01-02") {
+				return true
+			}
+		}
+		return false
+	})
+	if code := put("nobody", `{"usd": 3}`); code != 404 {
+		t.Fatalf("unknown tenant: %d", code)
+	}
+	if code := put("t1", `{"usd": -1}`); code != 400 {
+		t.Fatalf("negative: %d", code)
+	}
+	resp, err := http.Post(m.urls[0]+"/v1/mesh/budgets/forfeit", "application/json", strings.NewReader(`{"node":"ghost"}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("forfeit: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp := postTo(t, m.urls[0], hello); resp.StatusCode != 200 {
+		t.Fatalf("serving after the change: %d", resp.StatusCode)
 	}
 }

@@ -211,6 +211,16 @@ func runBudgets(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "set" {
 		return runBudgetsSet(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "forfeit" {
+		return verb("budgets forfeit", args[1:], stdout, stderr, 1, func(c *adminClient, a []string) error {
+			raw, err := c.do(http.MethodPost, "/v1/mesh/budgets/forfeit", map[string]any{"node": a[0]}, nil)
+			if err != nil || c.json {
+				return orJSON(stdout, raw, err)
+			}
+			fmt.Fprintf(stdout, "the escrow %s held is written off as spent\n", a[0])
+			return nil
+		})
+	}
 	fs := flag.NewFlagSet("budgets", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := adminFlags(fs)

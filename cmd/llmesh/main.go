@@ -20,6 +20,7 @@ Usage:
   llmesh join ADDR...               make the node join the mesh through gossip ADDRs
   llmesh budgets [-consistency C]   limit, settled, reserved and remaining per tenant
   llmesh budgets set TENANT USD     change a tenant's budget (-period day|month|total)
+  llmesh budgets forfeit NODE       write off the escrow of a node that will not return
   llmesh raft peers                 the Raft configuration and its leader
   llmesh keygen                     a new gossip encryption key
   llmesh version
