@@ -51,9 +51,11 @@ type Node struct {
 
 	catalog *route.Catalog
 	tracker *route.Tracker
-	planner *route.Planner
-	exec    *route.Executor
-	tenants *tenantKeys
+	// replicas tracks each replica of providers that have several.
+	replicas *route.Tracker
+	planner  *route.Planner
+	exec     *route.Executor
+	tenants  *tenantKeys
 
 	mesh     *gossip.Mesh // nil when the node does not gossip
 	ledger   *ledger      // nil when the node has no part in the ledger
@@ -153,9 +155,21 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		n.metrics.rateLimited = l.rates.RateLimited
 		opts.Registry.MustRegister(&ledgerCollector{n: n})
 	}
-	n.planner = &route.Planner{Region: s.region, Catalog: catalog, Health: health, Quota: quota}
+	n.replicas = route.NewTracker(s.health, route.TrackerHooks{
+		OnEject: func(r string) {
+			n.log.Warn("replica ejected after consecutive failures: its sessions move to the others", "replica", r)
+		},
+	})
+	affinity := route.NewAffinity(1 << 18)
+	n.planner = &route.Planner{
+		Self: s.name, Region: s.region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
+		Regions: s.regions, Affinity: affinity,
+	}
 	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
+		Guard:     route.Guard{Region: s.region, Regions: s.regions},
 		Tracker:   n.tracker,
+		Replicas:  n.replicas,
+		Affinity:  affinity,
 		Quota:     quota,
 		Budget:    budget,
 		Tokenizer: &route.Tokenizer{},

@@ -44,7 +44,19 @@ type Provider struct {
 	Priority      int    // lower is preferred when otherwise equal
 	RPM, TPM      int    // mesh-wide limits; 0 means none
 	Models        []Model
+
+	// Ring places sessions on the replicas (bounded-load consistent
+	// hashing); nil for a provider with fewer than two replicas. Built by
+	// NewCatalog.
+	Ring *Ring
+	// replicaKeys name each replica for its own health tracking.
+	replicaKeys []string
 }
+
+// ReplicaKey names replica i of the provider for health tracking: the
+// provider and the replica's base URL, so two providers sharing a server
+// are still told apart.
+func (p *Provider) ReplicaKey(i int) string { return p.replicaKeys[i] }
 
 // Model is a model a provider serves, under the name clients use.
 type Model struct {
@@ -90,13 +102,15 @@ type Catalog struct {
 	byName    map[string]*Provider
 	byModel   map[string][]*Offer
 	models    []string
+	groups    map[string]*Group
+	names     []string // models and groups, sorted
 }
 
-// NewCatalog indexes providers. Field-level validation belongs to the
-// configuration; NewCatalog checks only what would make routing ambiguous
-// or an endpoint unbuildable.
-func NewCatalog(providers []Provider) (*Catalog, error) {
-	c := &Catalog{byName: map[string]*Provider{}, byModel: map[string][]*Offer{}}
+// NewCatalog indexes providers and model groups. Field-level validation
+// belongs to the configuration; NewCatalog checks only what would make
+// routing ambiguous or an endpoint unbuildable.
+func NewCatalog(providers []Provider, groups ...Group) (*Catalog, error) {
+	c := &Catalog{byName: map[string]*Provider{}, byModel: map[string][]*Offer{}, groups: map[string]*Group{}}
 	for i := range providers {
 		p := &providers[i]
 		if p.Name == "" {
@@ -110,6 +124,17 @@ func NewCatalog(providers []Provider) (*Catalog, error) {
 		bases := p.Replicas
 		if len(bases) == 0 {
 			bases = []string{p.BaseURL}
+		}
+		p.replicaKeys = make([]string, len(bases))
+		for i, b := range bases {
+			p.replicaKeys[i] = p.Name + " " + b
+		}
+		p.Ring = nil
+		if len(bases) > MaxReplicas {
+			return nil, fmt.Errorf("provider %s: %d replicas, more than the %d a provider may have", p.Name, len(bases), MaxReplicas)
+		}
+		if len(bases) > 1 {
+			p.Ring = NewRing(bases, DefaultLoadBound)
 		}
 		seen := map[string]bool{}
 		for j := range p.Models {
@@ -136,7 +161,58 @@ func NewCatalog(providers []Provider) (*Catalog, error) {
 		}
 	}
 	slices.Sort(c.models)
+	c.names = slices.Clone(c.models)
+	for i := range groups {
+		g := &groups[i]
+		if err := c.addGroup(g); err != nil {
+			return nil, fmt.Errorf("groups[%d]: %w", i, err)
+		}
+		c.names = append(c.names, g.Name)
+	}
+	slices.Sort(c.names)
 	return c, nil
+}
+
+// addGroup checks a group against the models and indexes it.
+func (c *Catalog) addGroup(g *Group) error {
+	switch {
+	case g.Name == "":
+		return fmt.Errorf("no name")
+	case c.byModel[g.Name] != nil:
+		return fmt.Errorf("%q is also a model's name", g.Name)
+	case c.groups[g.Name] != nil:
+		return fmt.Errorf("name %q used twice", g.Name)
+	case len(g.Members) == 0:
+		return fmt.Errorf("group %q has no members", g.Name)
+	}
+	for _, m := range g.Members {
+		if c.byModel[m] == nil {
+			return fmt.Errorf("member %q is not a model any provider serves", m)
+		}
+	}
+	for i, t := range g.Tiers {
+		if len(t.Members) == 0 {
+			return fmt.Errorf("tiers[%d] has no members", i)
+		}
+		for _, m := range t.Members {
+			if !slices.Contains(g.Members, m) {
+				return fmt.Errorf("tiers[%d]: %q is not one of the group's members", i, m)
+			}
+		}
+		if i > 0 && t.MaxPromptTokens != 0 && (g.Tiers[i-1].MaxPromptTokens == 0 || t.MaxPromptTokens <= g.Tiers[i-1].MaxPromptTokens) {
+			return fmt.Errorf("tiers[%d]: max_prompt_tokens must grow from tier to tier, with any unbounded tier last", i)
+		}
+	}
+	for m, w := range g.Weights {
+		if !slices.Contains(g.Members, m) {
+			return fmt.Errorf("weights: %q is not one of the group's members", m)
+		}
+		if w < 0 {
+			return fmt.Errorf("weights: %q has a negative weight", m)
+		}
+	}
+	c.groups[g.Name] = g
+	return nil
 }
 
 // endpoint returns the chat completions URL of model at base. An OpenAI
@@ -173,6 +249,16 @@ func (c *Catalog) Offers(model string) []*Offer { return c.byModel[model] }
 
 // Models returns the names of every model some provider serves, sorted.
 func (c *Catalog) Models() []string { return c.models }
+
+// Names returns every name a client may ask for, models and groups,
+// sorted.
+func (c *Catalog) Names() []string { return c.names }
+
+// Group returns the model group named name, or nil.
+func (c *Catalog) Group(name string) *Group { return c.groups[name] }
+
+// Serves reports whether name is a model or a group of this catalog.
+func (c *Catalog) Serves(name string) bool { return c.byModel[name] != nil || c.groups[name] != nil }
 
 // Providers returns every provider in configuration order.
 func (c *Catalog) Providers() []*Provider { return c.providers }

@@ -56,6 +56,9 @@ const (
 	OutcomeBroken      Outcome = "broken_stream"
 	OutcomeTooLarge    Outcome = "too_large" // an answer beyond the node's limit: the request asked for it
 	OutcomeCanceled    Outcome = "canceled"  // the client went away
+	// OutcomeBlocked is a target the executor's residency guard refused
+	// to call: a plan that broke the invariant. It should never happen.
+	OutcomeBlocked Outcome = "blocked"
 )
 
 // Observer is told of every attempt, for metrics.
@@ -93,6 +96,10 @@ type Result struct {
 	Truncated bool
 	// ClientGone means the client disconnected or stopped reading.
 	ClientGone bool
+	// Provider is the provider that answered (through a via node, the
+	// one that node chose), and Replica its replica's host when it has
+	// several.
+	Provider, Replica string
 
 	// The plan, the target being tried and the failures before it, from
 	// which the X-LLMesh-Route explanation is built at commit.
@@ -112,43 +119,66 @@ func (r *Result) Route() string {
 // Executor runs plans: it calls each target in turn until one answers,
 // and relays that answer to the sink.
 type Executor struct {
-	cfg      ExecutorConfig
-	client   *http.Client
-	tracker  *Tracker
-	quota    QuotaGate  // nil: no rate limits
-	budget   BudgetGate // nil: no budgets
-	tokens   *Tokenizer
-	observer Observer // nil: none
-	now      func() time.Time
+	cfg       ExecutorConfig
+	client    *http.Client
+	guard     Guard
+	tracker   *Tracker
+	replicas  *Tracker   // nil: replicas not tracked apart
+	quota     QuotaGate  // nil: no rate limits
+	budget    BudgetGate // nil: no budgets
+	tokens    *Tokenizer
+	observer  Observer  // nil: none
+	affinity  *Affinity // nil: sessions not remembered
+	forwarder Forwarder // nil: a node alone
+	now       func() time.Time
 }
 
-// ExecutorDeps are the parts an Executor works with. Tracker and Tokenizer
-// are required; the rest may be nil.
+// ExecutorDeps are the parts an Executor works with. Guard, Tracker and
+// Tokenizer are required; the rest may be nil.
 type ExecutorDeps struct {
-	Tracker   *Tracker
+	Guard   Guard
+	Tracker *Tracker
+	// Replicas tracks the health of each replica of providers that have
+	// several, by Provider.ReplicaKey.
+	Replicas  *Tracker
 	Quota     QuotaGate
 	Budget    BudgetGate
 	Tokenizer *Tokenizer
 	Observer  Observer
+	// Affinity learns which provider served each session.
+	Affinity *Affinity
+	// Forwarder carries targets with a via node to it.
+	Forwarder Forwarder
+	// Transport, if set, carries requests to providers in place of the
+	// executor's own pooled transport (tests record calls with it).
+	Transport http.RoundTripper
 	Clock     func() time.Time // nil: time.Now
 }
 
 // NewExecutor returns an Executor with its own connection pool.
 func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
+	var rt http.RoundTripper = d.Transport
+	if rt == nil {
+		rt = newTransport(cfg)
+	}
 	e := &Executor{
 		cfg: cfg,
 		client: &http.Client{
-			Transport: newTransport(cfg),
+			Transport: rt,
 			// Never follow a redirect: it would re-send the request, and
 			// an Azure api-key header with it, to wherever it points.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		tracker:  d.Tracker,
-		quota:    d.Quota,
-		budget:   d.Budget,
-		tokens:   d.Tokenizer,
-		observer: d.Observer,
-		now:      d.Clock,
+		guard:     d.Guard,
+		tracker:   d.Tracker,
+		replicas:  d.Replicas,
+		quota:     d.Quota,
+		budget:    d.Budget,
+		tokens:    d.Tokenizer,
+		observer:  d.Observer,
+		affinity:  d.Affinity,
+		forwarder: d.Forwarder,
+		now:       d.Clock,
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -184,16 +214,59 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			return res, err
 		}
 		t := &plan.Targets[i]
+		// The invariant, re-checked right before every call: whatever
+		// made the plan, a target that breaks it is never tried.
+		if err := e.guard.Check(req, t); err != nil {
+			res.Attempts = append(res.Attempts, Attempt{Provider: t.Provider(), Outcome: OutcomeBlocked, Detail: err.Error()})
+			if e.observer != nil {
+				e.observer.Attempt(t.Provider(), OutcomeBlocked, 0)
+			}
+			if lastErr == nil {
+				lastErr = err
+			}
+			continue
+		}
+		if t.Via != "" {
+			if e.forwarder == nil {
+				continue
+			}
+			attempts++
+			res.plan, res.chosen, res.failed = plan, i, failed
+			a := e.forward(ctx, req, t, sink, res)
+			if done, err := e.finish(ctx, req, t, a, res); done {
+				return res, err
+			}
+			if a.Outcome == OutcomeRateLimited {
+				rateWait = minPositive(rateWait, a.retryAfter)
+			}
+			failed = append(failed, t.Provider()+" via "+t.Via+" ("+a.short()+")")
+			lastErr = ErrUpstream
+			continue
+		}
 		now := e.now()
 		adm, ok := e.tracker.Acquire(t.Provider(), now)
 		if !ok {
 			continue // ejected or cooled down since planning
 		}
+		var radm Admission
+		ring := t.Offer.Provider.Ring
+		if ring != nil && e.replicas != nil {
+			if radm, ok = e.replicas.Acquire(t.Offer.Provider.ReplicaKey(t.Replica), now); !ok {
+				e.tracker.Release(adm)
+				continue // this replica is ejected; the next target is another
+			}
+		}
 		var hold BudgetHold
+		release := func() {
+			e.tracker.Release(adm)
+			if radm.provider != "" {
+				e.replicas.Release(radm)
+			}
+		}
 		if e.budget != nil {
 			h, err := e.budget.Reserve(req.Tenant, t.MaxCost, now)
 			if err != nil {
-				e.tracker.Release(adm)
+				release()
 				lastErr = err
 				continue
 			}
@@ -201,7 +274,7 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		}
 		if e.quota != nil {
 			if ok, wait := e.quota.Take(t.Provider(), t.Tokens, now); !ok {
-				e.tracker.Release(adm)
+				release()
 				if hold != nil {
 					hold.Settle(0)
 				}
@@ -211,28 +284,25 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		}
 		attempts++
 		res.plan, res.chosen, res.failed = plan, i, failed
-		a := e.attempt(ctx, req, t, sink, res)
-		res.Attempts = append(res.Attempts, a.Attempt)
-		if e.observer != nil {
-			e.observer.Attempt(t.Provider(), a.Outcome, a.Duration)
+		if ring != nil {
+			ring.Acquire(t.Replica)
 		}
-		if wait := e.settle(t, adm, a, hold, res); wait > 0 {
+		a := e.attempt(ctx, req, t, sink, res)
+		if ring != nil {
+			ring.Release(t.Replica)
+		}
+		if wait := e.settle(t, adm, radm, a, hold, res); wait > 0 {
 			rateWait = minPositive(rateWait, wait)
 		}
 		if a.committed {
-			res.Target = t
-		}
-		switch {
-		case a.Outcome == OutcomeCanceled:
-			res.ClientGone = true
-			if a.committed {
-				return res, nil
+			res.Provider = t.Provider()
+			if ring != nil {
+				res.Replica = replicaName(t.Endpoint())
+				ring.Seat(req.Session, t.Replica, e.now())
 			}
-			return res, ctx.Err()
-		case a.committed:
-			return res, nil
-		case a.final != nil:
-			return res, a.final
+		}
+		if done, err := e.finish(ctx, req, t, a, res); done {
+			return res, err
 		}
 		failed = append(failed, t.Provider()+" ("+a.short()+")")
 		lastErr = ErrUpstream
@@ -247,6 +317,35 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		return res, fmt.Errorf("%w: %s failed: %s", ErrUpstream, plural(len(failed), "provider", "providers"), strings.Join(failed, "; "))
 	}
 	return res, lastErr
+}
+
+// finish records an attempt and reports whether the request is done,
+// with the error to return: it is when the answer reached the client,
+// the client went away, or the request itself was refused.
+func (e *Executor) finish(ctx context.Context, req *Request, t *Target, a *attemptResult, res *Result) (bool, error) {
+	res.Attempts = append(res.Attempts, a.Attempt)
+	if e.observer != nil {
+		e.observer.Attempt(t.Provider(), a.Outcome, a.Duration)
+	}
+	if a.committed {
+		res.Target = t
+		if e.affinity != nil && req.Session != "" && a.Outcome != OutcomeCanceled {
+			e.affinity.Remember(req.Session, res.Provider)
+		}
+	}
+	switch {
+	case a.Outcome == OutcomeCanceled:
+		res.ClientGone = true
+		if a.committed {
+			return true, nil
+		}
+		return true, ctx.Err()
+	case a.committed:
+		return true, nil
+	case a.final != nil:
+		return true, a.final
+	}
+	return false, nil
 }
 
 func plural(n int, one, many string) string {
@@ -308,18 +407,34 @@ func (e *Executor) fail(a *attemptResult, o Outcome, format string, args ...any)
 // whose usage is unknown is charged at the attempt's upper bound: the
 // provider may bill for it, and a budget must never be overspent. It
 // returns the cooldown a 429 imposed.
-func (e *Executor) settle(t *Target, adm Admission, a *attemptResult, hold BudgetHold, res *Result) time.Duration {
+func (e *Executor) settle(t *Target, adm, radm Admission, a *attemptResult, hold BudgetHold, res *Result) time.Duration {
 	now := e.now()
 	var cooldown time.Duration
-	switch a.Outcome {
-	case OutcomeOK:
-		e.tracker.Success(adm, a.ttft, a.total)
-	case OutcomeRateLimited:
-		cooldown = e.tracker.RateLimited(adm, a.retryAfter, now)
-	case OutcomeRefused, OutcomeTooLarge, OutcomeCanceled:
-		e.tracker.Release(adm)
-	default:
-		e.tracker.Failure(adm, now)
+	report := func(tr *Tracker, ad Admission) time.Duration {
+		switch a.Outcome {
+		case OutcomeOK:
+			tr.Success(ad, a.ttft, a.total)
+		case OutcomeRateLimited:
+			return tr.RateLimited(ad, a.retryAfter, now)
+		case OutcomeRefused, OutcomeTooLarge, OutcomeCanceled:
+			tr.Release(ad)
+		default:
+			tr.Failure(ad, now)
+		}
+		return 0
+	}
+	if radm.provider == "" {
+		cooldown = report(e.tracker, adm)
+	} else {
+		// A replica's 429 cools that replica down, not its siblings; its
+		// failures count against both (the provider's only when they run
+		// on, which failing over to siblings interrupts).
+		cooldown = report(e.replicas, radm)
+		if a.Outcome == OutcomeRateLimited {
+			e.tracker.Release(adm)
+		} else {
+			report(e.tracker, adm)
+		}
 	}
 	u := Usage{PromptTokens: max(a.usage.PromptTokens, 0), CompletionTokens: max(a.usage.CompletionTokens, 0)}
 	cost := t.Offer.Model.Cost(u.PromptTokens, u.CompletionTokens)

@@ -2,8 +2,6 @@ package route
 
 import (
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -16,17 +14,31 @@ type Request struct {
 	Chat      *ChatRequest
 	Tenant    string
 	Residency region.Residency
+	// StrictTransit means the request may pass only through nodes of its
+	// residency's jurisdiction, not merely reach providers there.
+	StrictTransit bool
 	// Session is the affinity key: the X-LLMesh-Session header, else the
 	// body's user field; "" when there is neither.
 	Session string
+	// Forwarded means another node sent the request here to execute: it
+	// is planned with this node's own providers only, never forwarded on.
+	Forwarded bool
+	// Hint names the provider the forwarding node planned for; it is
+	// tried first if this node's own plan allows it.
+	Hint string
+	// ID is the request id, carried across forwards.
+	ID string
 }
 
 // Target is one way to serve a request: a provider, one of its replicas,
 // and the node that calls it.
 type Target struct {
 	Offer   *Offer
-	Replica int    // index into Offer.Endpoints
+	Replica int    // index into the provider's replicas (its Ring)
 	Via     string // the node that calls the provider; "" for this node
+	// ViaRegion is Via's region and ViaRTT the estimated round trip to it.
+	ViaRegion string
+	ViaRTT    time.Duration
 	// Cost is the expected price in USD: the estimated prompt plus the
 	// largest completion the request allows. MaxCost is a true upper
 	// bound, what a budget reservation must cover.
@@ -34,6 +46,8 @@ type Target struct {
 	// Tokens is what the attempt counts against the provider's TPM.
 	Tokens int
 	Health Health
+	// Sticky means the session's last provider: tried first while healthy.
+	Sticky bool
 }
 
 // Provider returns the target's provider name.
@@ -46,6 +60,10 @@ func (t *Target) Endpoint() string { return t.Offer.Endpoints[t.Replica] }
 type Skip struct {
 	Provider string
 	Reason   string
+	// Residency means it was left out because the request's data may not
+	// go there (or through there): such skips make a plan with nothing
+	// left a no_compliant_provider.
+	Residency bool
 	// RetryIn is how long until the reason may lapse by itself (a
 	// cooldown or rate window); zero when it will not.
 	RetryIn time.Duration
@@ -57,6 +75,9 @@ type Plan struct {
 	Targets []Target
 	Skipped []Skip
 	Policy  string
+	// Group is the model group the request named, if it named one, and
+	// Choice how a member was picked (weights, tiers).
+	Group, Choice string
 	// PromptTokens is the planning estimate of prompt tokens and
 	// PromptUpper its upper bound; OutputTokens the largest completion.
 	PromptTokens, PromptUpper, OutputTokens int
@@ -69,9 +90,10 @@ type Policy interface {
 	Less(req *Request, a, b *Target) bool
 }
 
-// CostFirst is the default policy: providers the mesh sees failing after
-// the others, then lowest expected cost, then lowest observed latency
-// (time to first token for streams, to the whole answer otherwise; a
+// CostFirst is the default policy: the session's sticky provider first,
+// providers the mesh sees failing after the others, then lowest expected
+// cost, then lowest expected latency (time to first token for streams, to
+// the whole answer otherwise, plus the round trip to a via node; a
 // provider not yet observed counts as fast, so it gets tried), then
 // priority, then name for a stable order.
 type CostFirst struct{}
@@ -83,13 +105,17 @@ func (CostFirst) Name() string { return "cost" }
 
 // Less implements Policy.
 func (CostFirst) Less(req *Request, a, b *Target) bool {
+	// Stickiness holds only while the provider is healthy.
+	if as, bs := a.Sticky && !a.Health.Degraded, b.Sticky && !b.Health.Degraded; as != bs {
+		return as
+	}
 	if a.Health.Degraded != b.Health.Degraded {
 		return b.Health.Degraded
 	}
 	if a.Cost != b.Cost {
 		return a.Cost < b.Cost
 	}
-	if la, lb := observedLatency(req, a.Health), observedLatency(req, b.Health); la != lb {
+	if la, lb := expectedLatency(req, a), expectedLatency(req, b); la != lb {
 		return la < lb
 	}
 	if pa, pb := a.Offer.Provider.Priority, b.Offer.Provider.Priority; pa != pb {
@@ -98,92 +124,229 @@ func (CostFirst) Less(req *Request, a, b *Target) bool {
 	return a.Provider() < b.Provider()
 }
 
-func observedLatency(req *Request, h Health) time.Duration {
-	if req.Chat.Stream && h.TTFT > 0 || h.Latency == 0 {
-		return h.TTFT
+func expectedLatency(req *Request, t *Target) time.Duration {
+	h := t.Health
+	l := h.TTFT
+	if !(req.Chat.Stream && h.TTFT > 0 || h.Latency == 0) {
+		l = h.Latency
 	}
-	return h.Latency
+	return l + t.ViaRTT
+}
+
+// MeshView is what the planner needs to know of the other nodes: which
+// node of a region should call that region's providers for a request.
+// gossip provides it.
+type MeshView interface {
+	// Via returns the alive, non-draining node of region nearest by
+	// coordinate RTT and least loaded, and the estimated RTT to it; ok is
+	// false when the region has none.
+	Via(region string) (node string, rtt time.Duration, ok bool)
 }
 
 // Planner turns a request and a read-only view of the providers into a
 // Plan. It never blocks and never changes anything: a QuotaGate is only
 // asked, never taken from.
 type Planner struct {
-	// Region is the planning node's region: the only one whose
-	// region-reach providers it can call itself.
-	Region  string
-	Catalog *Catalog
-	Health  HealthView
-	Quota   QuotaGate // nil: no rate limits
-	Policy  Policy    // nil: CostFirst
+	// Self and Region are the planning node and its region: the only
+	// region whose region-reach providers it calls itself.
+	Self, Region string
+	Catalog      *Catalog
+	Health       HealthView
+	// Replicas is the health of individual replicas, by endpoint's
+	// base; nil: replicas are not tracked apart.
+	Replicas HealthView
+	Quota    QuotaGate // nil: no rate limits
+	Policy   Policy    // nil: CostFirst
+	// Regions maps regions to jurisdictions, for strict transit.
+	Regions *region.Map
+	// Mesh finds via nodes for other regions' providers; nil: a node
+	// alone, which skips them.
+	Mesh MeshView
+	// Affinity remembers each session's provider; nil: none.
+	Affinity *Affinity
 }
 
 // Plan returns the targets for req in the order to try them. It fails
 // with ErrModelNotFound when no provider serves the model,
-// ErrNoCompliantProvider when none that does may see the request's data,
-// a *RetryAfterError when every compliant one is cooling down or out of
-// rate, and ErrNoProvider otherwise.
+// ErrNoCompliantProvider when none that does may see the request's data
+// (or every one that may is unavailable), a *RetryAfterError when every
+// candidate is cooling down or out of rate, and ErrNoProvider otherwise.
 func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
-	offers := p.Catalog.Offers(req.Chat.Model)
-	if len(offers) == 0 {
-		return nil, fmt.Errorf("%w: %q is not served here; GET /v1/models lists the models", ErrModelNotFound, req.Chat.Model)
+	plan := &Plan{}
+	plan.PromptTokens, plan.PromptUpper = req.Chat.PromptEstimate()
+	ranks, err := p.offers(req, plan)
+	if err != nil {
+		return nil, err
+	}
+	if req.StrictTransit && req.Residency.Restricted() && !p.inJurisdiction(p.Region, req.Residency.Jurisdiction) {
+		return plan, fmt.Errorf("%w: with strict transit, residency %s keeps this tenant's requests on nodes in %s, and node %s is in region %s; send them to a node in %s",
+			ErrNoCompliantProvider, req.Residency, req.Residency, p.Self, p.Region, req.Residency)
 	}
 	policy := p.Policy
 	if policy == nil {
 		policy = CostFirst{}
 	}
-	plan := &Plan{Policy: policy.Name(), Targets: make([]Target, 0, len(offers))}
-	plan.PromptTokens, plan.PromptUpper = req.Chat.PromptEstimate()
+	plan.Policy = policy.Name()
+	sticky := ""
+	if p.Affinity != nil && req.Session != "" {
+		sticky = p.Affinity.Provider(req.Session)
+	}
+	// Offers come in ranks (a weighted group's chosen member, then the
+	// others): a later rank is planned only when the earlier ones left no
+	// target.
+	compliant := 0
+	for _, offers := range ranks {
+		compliant += p.planOffers(req, plan, offers, sticky, now)
+		if len(plan.Targets) > 0 {
+			break
+		}
+	}
+	if compliant == 0 {
+		if plan.residencySkips() > 0 {
+			return plan, fmt.Errorf("%w: %q is served only outside residency %s", ErrNoCompliantProvider, req.Chat.Model, req.Residency)
+		}
+		return plan, plan.unavailable(req)
+	}
+	if len(plan.Targets) == 0 {
+		return plan, plan.unavailable(req)
+	}
+	sort.Stable(byPolicy{req, policy, plan.Targets})
+	return plan, nil
+}
+
+// planOffers adds a target for each offer that passes every hard filter
+// (a target per replica, in the session's ring order), records why the
+// others were left out, and returns how many were compliant.
+func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky string, now time.Time) int {
 	compliant := 0
 	for _, o := range offers {
 		pv := o.Provider
 		if !req.Residency.Allows(pv.Jurisdictions) {
-			plan.Skipped = append(plan.Skipped, Skip{Provider: pv.Name, Reason: "residency " + req.Residency.String() + " not in " + pv.Jurisdictions.String()})
+			plan.skip(pv.Name, "residency "+req.Residency.String()+" not in "+pv.Jurisdictions.String(), true, 0)
 			continue
+		}
+		t := Target{Offer: o}
+		if pv.Reach == ReachRegion && pv.Region != p.Region {
+			if req.StrictTransit && req.Residency.Restricted() && !p.inJurisdiction(pv.Region, req.Residency.Jurisdiction) {
+				plan.skip(pv.Name, "strict transit: region "+pv.Region+" is outside "+req.Residency.String(), true, 0)
+				continue
+			}
+			if req.Forwarded || p.Mesh == nil {
+				plan.skip(pv.Name, "reachable only from region "+pv.Region, false, 0)
+				continue
+			}
+			node, rtt, ok := p.Mesh.Via(pv.Region)
+			if !ok {
+				plan.skip(pv.Name, "no node of region "+pv.Region+" is available to call it", false, 0)
+				continue
+			}
+			t.Via, t.ViaRegion, t.ViaRTT = node, pv.Region, rtt
 		}
 		compliant++
-		if pv.Reach == ReachRegion && pv.Region != p.Region {
-			plan.Skipped = append(plan.Skipped, Skip{Provider: pv.Name, Reason: "reachable only from region " + pv.Region})
-			continue
-		}
 		out := req.Chat.N * o.Model.MaxOutputTokens
 		if req.Chat.MaxTokens > 0 {
 			out = req.Chat.N * req.Chat.MaxTokens
 		}
 		plan.OutputTokens = max(plan.OutputTokens, out)
-		t := Target{
-			Offer:   o,
-			Replica: pickReplica(o.Endpoints, req.Session),
-			Cost:    o.Model.Cost(plan.PromptTokens, out),
-			MaxCost: o.Model.Cost(plan.PromptUpper, out),
-			Tokens:  plan.PromptTokens + out,
-			Health:  p.Health.Health(pv.Name, now),
-		}
+		t.Cost = o.Model.Cost(plan.PromptTokens, out)
+		t.MaxCost = o.Model.Cost(plan.PromptUpper, out)
+		t.Tokens = plan.PromptTokens + out
+		t.Health = p.Health.Health(pv.Name, now)
+		t.Sticky = pv.Name == sticky || (req.Hint != "" && pv.Name == req.Hint)
 		switch {
 		case t.Health.Ejected:
-			plan.Skipped = append(plan.Skipped, Skip{Provider: pv.Name, Reason: "ejected after failures"})
+			plan.skip(pv.Name, "ejected after failures", false, 0)
 			continue
 		case !t.Health.CoolingUntil.IsZero():
-			wait := t.Health.CoolingUntil.Sub(now)
-			plan.Skipped = append(plan.Skipped, Skip{Provider: pv.Name, Reason: "cooling down after 429", RetryIn: wait})
+			plan.skip(pv.Name, "cooling down after 429", false, t.Health.CoolingUntil.Sub(now))
 			continue
 		}
-		if p.Quota != nil {
+		if p.Quota != nil && t.Via == "" {
 			if ok, wait := p.Quota.Allow(pv.Name, t.Tokens, now); !ok {
-				plan.Skipped = append(plan.Skipped, Skip{Provider: pv.Name, Reason: "local rate limit", RetryIn: wait})
+				plan.skip(pv.Name, "over this node's rate share", false, wait)
 				continue
 			}
 		}
-		plan.Targets = append(plan.Targets, t)
+		plan.Targets = p.appendReplicas(plan.Targets, t, req, now)
 	}
-	if compliant == 0 {
-		return plan, fmt.Errorf("%w: %q is served only outside residency %s", ErrNoCompliantProvider, req.Chat.Model, req.Residency)
+	return compliant
+}
+
+// offers returns the offers for the request's model, or for the members
+// of the group it names, in ranks: a weighted group's chosen member, then
+// (as fallbacks only) the others.
+func (p *Planner) offers(req *Request, plan *Plan) ([][]*Offer, error) {
+	name := req.Chat.Model
+	g := p.Catalog.Group(name)
+	if g == nil {
+		offers := p.Catalog.Offers(name)
+		if len(offers) == 0 {
+			return nil, fmt.Errorf("%w: %q is not served here; GET /v1/models lists the models", ErrModelNotFound, name)
+		}
+		return [][]*Offer{offers}, nil
 	}
-	if len(plan.Targets) == 0 {
-		return plan, plan.unavailable()
+	plan.Group = g.Name
+	members, weighted, choice := g.choose(req.Session, plan.PromptTokens)
+	plan.Choice = choice
+	var ranks [][]*Offer
+	if weighted {
+		ranks = append(ranks, p.Catalog.Offers(members[0]))
+		members = members[1:]
 	}
-	sort.Stable(byPolicy{req, policy, plan.Targets})
-	return plan, nil
+	var rest []*Offer
+	for _, m := range members {
+		rest = append(rest, p.Catalog.Offers(m)...)
+	}
+	return append(ranks, rest), nil
+}
+
+func (p *Planner) inJurisdiction(regionName string, j region.Jurisdiction) bool {
+	if p.Regions == nil {
+		return false
+	}
+	r, ok := p.Regions.Lookup(regionName)
+	return ok && r.Jurisdiction == j
+}
+
+// appendReplicas adds t for each of its provider's replicas in the
+// session's ring order (its home first, then its failover order), or t
+// alone for a provider without replicas.
+func (p *Planner) appendReplicas(ts []Target, t Target, req *Request, now time.Time) []Target {
+	ring := t.Offer.Provider.Ring
+	if ring == nil || t.Via != "" {
+		return append(ts, t) // a via node picks the replica itself
+	}
+	var excluded func(int) bool
+	if p.Replicas != nil {
+		excluded = func(i int) bool {
+			return p.Replicas.Health(t.Offer.Provider.ReplicaKey(i), now).Ejected
+		}
+	}
+	var buf [8]int
+	order := ring.Order(req.Session, excluded, now, buf[:0])
+	for k, i := range order {
+		if k > 0 && excluded != nil && excluded(i) {
+			break
+		}
+		rt := t
+		rt.Replica = i
+		ts = append(ts, rt)
+	}
+	return ts
+}
+
+func (plan *Plan) skip(provider, reason string, residency bool, retry time.Duration) {
+	plan.Skipped = append(plan.Skipped, Skip{Provider: provider, Reason: reason, Residency: residency, RetryIn: retry})
+}
+
+func (plan *Plan) residencySkips() int {
+	n := 0
+	for _, s := range plan.Skipped {
+		if s.Residency {
+			n++
+		}
+	}
+	return n
 }
 
 // byPolicy sorts targets in place by a policy, comparing them where they
@@ -199,13 +362,15 @@ func (s byPolicy) Less(i, j int) bool { return s.policy.Less(s.req, &s.ts[i], &s
 func (s byPolicy) Swap(i, j int)      { s.ts[i], s.ts[j] = s.ts[j], s.ts[i] }
 
 // unavailable explains why no target is left: a retry-after error when
-// every skip lapses by itself, ErrNoProvider otherwise.
-func (plan *Plan) unavailable() error {
+// every skip lapses by itself; no_compliant_provider when providers were
+// left out for residency (the request is not sent to them even though
+// they might answer); ErrNoProvider otherwise.
+func (plan *Plan) unavailable(req *Request) error {
 	var wait time.Duration
 	var reasons []string
 	for _, s := range plan.Skipped {
 		reasons = append(reasons, s.Provider+": "+s.Reason)
-		if strings.HasPrefix(s.Reason, "residency") {
+		if s.Residency {
 			continue
 		}
 		if s.RetryIn <= 0 {
@@ -217,6 +382,9 @@ func (plan *Plan) unavailable() error {
 	if wait > 0 {
 		return &RetryAfterError{After: wait, Msg: "every provider of the model is rate limited (" + strings.Join(reasons, "; ") + ")"}
 	}
+	if plan.residencySkips() > 0 {
+		return fmt.Errorf("%w: no provider allowed for residency %s is available (%s)", ErrNoCompliantProvider, req.Residency, strings.Join(reasons, "; "))
+	}
 	return fmt.Errorf("%w: %s", ErrNoProvider, strings.Join(reasons, "; "))
 }
 
@@ -225,9 +393,22 @@ func (plan *Plan) unavailable() error {
 func (plan *Plan) Explain(chosen int, failed []string) string {
 	var b strings.Builder
 	t := &plan.Targets[chosen]
-	fmt.Fprintf(&b, "policy=%s; chose %s (est $%.6f", plan.Policy, t.Provider(), t.Cost)
+	fmt.Fprintf(&b, "policy=%s", plan.Policy)
+	if plan.Group != "" {
+		fmt.Fprintf(&b, "; group %s", plan.Group)
+		if plan.Choice != "" {
+			b.WriteString(" (" + plan.Choice + ")")
+		}
+	}
+	fmt.Fprintf(&b, "; chose %s (est $%.6f", t.Provider(), t.Cost)
 	if t.Health.TTFT > 0 {
 		fmt.Fprintf(&b, ", ttft %dms", t.Health.TTFT.Milliseconds())
+	}
+	if t.Via != "" {
+		fmt.Fprintf(&b, ", via %s", t.Via)
+	}
+	if t.Sticky {
+		b.WriteString(", session affinity")
 	}
 	if t.Health.Degraded {
 		b.WriteString(", failing on other nodes")
@@ -242,6 +423,7 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 	for _, o := range plan.Targets[chosen+1:] {
 		if o.Health.Degraded {
 			b.WriteString("; ranked down " + o.Provider() + " (failing on other nodes)")
+			break
 		}
 	}
 	if len(plan.Skipped) > 0 {
@@ -254,28 +436,4 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 		}
 	}
 	return b.String()
-}
-
-// pickReplica maps a session to one of endpoints by rendezvous hashing,
-// so a session keeps its replica (and its warm prompt cache) and adding or
-// removing a replica moves only the sessions that must move. Requests
-// without a session are spread at random.
-func pickReplica(endpoints []string, session string) int {
-	switch {
-	case len(endpoints) <= 1:
-		return 0
-	case session == "":
-		return rand.IntN(len(endpoints))
-	}
-	best, bestScore := 0, uint64(0)
-	for i, ep := range endpoints {
-		h := fnv.New64a()
-		h.Write([]byte(session))
-		h.Write([]byte{0})
-		h.Write([]byte(ep))
-		if s := h.Sum64(); s > bestScore {
-			best, bestScore = i, s
-		}
-	}
-	return best
 }

@@ -2,6 +2,8 @@ package route
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,26 +147,6 @@ func TestPlannerRegionReach(t *testing.T) {
 	}
 }
 
-func TestPickReplicaIsStickyAndMovesLittle(t *testing.T) {
-	eps := []string{"http://a", "http://b", "http://c", "http://d"}
-	moved := 0
-	for i := range 1000 {
-		s := "session-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		r := pickReplica(eps, s)
-		if pickReplica(eps, s) != r {
-			t.Fatal("not deterministic")
-		}
-		// Removing replica d moves only d's sessions.
-		r2 := pickReplica(eps[:3], s)
-		if eps[r] != "http://d" && eps[r2] != eps[r] {
-			moved++
-		}
-	}
-	if moved != 0 {
-		t.Fatalf("%d sessions moved off surviving replicas", moved)
-	}
-}
-
 func equal(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
@@ -195,6 +177,137 @@ func BenchmarkPlan(b *testing.B) {
 	for b.Loop() {
 		if _, err := pl.Plan(req, now); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// fakeMesh is a MeshView of fixed via nodes by region.
+type fakeMesh map[string]string
+
+func (m fakeMesh) Via(r string) (string, time.Duration, bool) {
+	n, ok := m[r]
+	return n, 20 * time.Millisecond, ok
+}
+
+func TestPlannerViaAndStrictTransit(t *testing.T) {
+	gpu := offer("gpu-eu", 0.01, 0.01, "eu")
+	gpu.Reach, gpu.Region = ReachRegion, "eu-west"
+	api := offer("api-us", 1, 1, "us", "eu") // a global API processing in both
+	api.Region = "us-east"
+	cat := testCatalog(t, gpu, api)
+	regions, _ := region.NewMap([]region.Region{{Name: "eu-west", Jurisdiction: "eu"}, {Name: "us-east", Jurisdiction: "us"}})
+	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
+	now := time.Unix(0, 0)
+	pl := &Planner{Self: "us-1", Region: "us-east", Catalog: cat, Health: tr, Regions: regions, Mesh: fakeMesh{"eu-west": "eu-1"}}
+	req := chatReq(t, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	req.Residency = region.Residency{Jurisdiction: "eu"}
+
+	plan, err := pl.Plan(req, now)
+	if err != nil || len(plan.Targets) != 2 || plan.Targets[0].Via != "eu-1" || plan.Targets[0].ViaRegion != "eu-west" || plan.Targets[1].Via != "" {
+		t.Fatalf("plan %+v, %v", plan, err)
+	}
+	g := Guard{Region: "us-east", Regions: regions}
+	for i := range plan.Targets {
+		if err := g.Check(req, &plan.Targets[i]); err != nil {
+			t.Fatalf("guard refused a planned target: %v", err)
+		}
+	}
+	// Forwarded here, the request is not forwarded again.
+	req.Forwarded = true
+	if plan, _ = pl.Plan(req, now); len(plan.Targets) != 1 || plan.Targets[0].Provider() != "api-us" {
+		t.Fatalf("forwarded plan %v", order(plan))
+	}
+	req.Forwarded = false
+	// Strict transit: a us node may not touch an eu tenant's request.
+	req.StrictTransit = true
+	if _, err := pl.Plan(req, now); !errors.Is(err, ErrNoCompliantProvider) {
+		t.Fatalf("strict transit at a us node: %v", err)
+	}
+	pl.Self, pl.Region = "eu-1", "eu-west"
+	g.Region = "eu-west"
+	if plan, err = pl.Plan(req, now); err != nil || len(plan.Targets) != 2 {
+		t.Fatalf("strict transit at an eu node: %v %v", order(plan), err)
+	}
+	// The guard refuses what a corrupted plan could hold.
+	bad := Target{Offer: cat.Offers("m")[0], Via: "us-1", ViaRegion: "us-east"}
+	if err := g.Check(req, &bad); !errors.Is(err, ErrNoProvider) && !errors.Is(err, ErrNoCompliantProvider) {
+		t.Fatalf("guard let a via node of the wrong region through: %v", err)
+	}
+	req.Residency = region.Residency{Jurisdiction: "us"}
+	eu := Target{Offer: cat.Offers("m")[0]}
+	if err := g.Check(req, &eu); !errors.Is(err, ErrNoCompliantProvider) {
+		t.Fatalf("guard let a us request reach an eu provider: %v", err)
+	}
+}
+
+func TestPlannerGroupsAndAffinity(t *testing.T) {
+	small := offer("small", 0.1, 0.1, "us")
+	small.Models[0].Name = "mini"
+	big := offer("big", 5, 5, "us")
+	big.Models[0].Name = "large"
+	other := offer("other", 6, 6, "us")
+	other.Models[0].Name = "large"
+	cat, err := NewCatalog([]Provider{small, big, other},
+		Group{Name: "auto", Members: []string{"mini", "large"}, Tiers: []Tier{{MaxPromptTokens: 20, Members: []string{"mini"}}, {Members: []string{"large"}}}},
+		Group{Name: "canary", Members: []string{"mini", "large"}, Weights: map[string]int{"mini": 1, "large": 9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := cat.Names(); !equal(names, []string{"auto", "canary", "large", "mini"}) {
+		t.Fatalf("names %v", names)
+	}
+	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
+	aff := NewAffinity(100)
+	pl := &Planner{Region: "r1", Catalog: cat, Health: tr, Affinity: aff}
+	now := time.Unix(0, 0)
+	short, err := pl.Plan(chatReq(t, `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`), now)
+	if err != nil || !equal(order(short), []string{"small"}) || short.Group != "auto" {
+		t.Fatalf("short prompt: %v %v", order(short), err)
+	}
+	long, _ := pl.Plan(chatReq(t, `{"model":"auto","messages":[{"role":"user","content":"`+strings.Repeat("many words here ", 20)+`"}]}`), now)
+	if !equal(order(long), []string{"big", "other"}) {
+		t.Fatalf("long prompt: %v", order(long))
+	}
+	// Weights: sticky per session, about 1 in 10 to mini.
+	toMini := 0
+	for i := range 2000 {
+		req := chatReq(t, `{"model":"canary","messages":[{"role":"user","content":"hi"}]}`)
+		req.Session = fmt.Sprint("s", i)
+		p1, _ := pl.Plan(req, now)
+		p2, _ := pl.Plan(req, now)
+		if p1.Targets[0].Provider() != p2.Targets[0].Provider() {
+			t.Fatal("a session's weighted member changed")
+		}
+		if p1.Targets[0].Provider() == "small" {
+			toMini++
+		}
+	}
+	if toMini < 120 || toMini > 300 {
+		t.Fatalf("%d of 2000 sessions to the 10%% member", toMini)
+	}
+	// Affinity: a session that was served by other stays with it while
+	// other is healthy, though big is cheaper.
+	req := chatReq(t, `{"model":"large","messages":[{"role":"user","content":"hi"}]}`)
+	req.Session = "conv-1"
+	aff.Remember("conv-1", "other")
+	if p, _ := pl.Plan(req, now); p.Targets[0].Provider() != "other" || !p.Targets[0].Sticky {
+		t.Fatalf("sticky order %v", order(p))
+	}
+	for range 5 {
+		tr.Failure(Admission{provider: "other"}, now)
+	}
+	if p, _ := pl.Plan(req, now); !equal(order(p), []string{"big"}) {
+		t.Fatalf("after other failed: %v", order(p))
+	}
+	// Group validation.
+	for _, g := range []Group{
+		{Name: "mini", Members: []string{"large"}},
+		{Name: "x", Members: []string{"nope"}},
+		{Name: "x", Members: []string{"mini"}, Weights: map[string]int{"large": 1}},
+		{Name: "x", Members: []string{"mini", "large"}, Tiers: []Tier{{Members: []string{"mini"}}, {MaxPromptTokens: 5, Members: []string{"large"}}}},
+	} {
+		if _, err := NewCatalog([]Provider{small, big}, g); err == nil {
+			t.Fatalf("group %+v accepted", g)
 		}
 	}
 }
