@@ -4,4 +4,4 @@
 // protoc-gen-go-grpc v1.6.0); CI checks that doing so changes nothing.
 package proto
 
-//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative ledger.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative ledger.proto mesh.proto

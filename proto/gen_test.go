@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// TestGeneratedCodeIsCurrent regenerates the Go code from ledger.proto
-// and compares it with what is committed. It needs protoc and the two Go
+// TestGeneratedCodeIsCurrent regenerates the Go code from the .proto
+// files and compares it with what is committed. It needs protoc and the two Go
 // plugins (.ci/run installs them); without them it skips.
 func TestGeneratedCodeIsCurrent(t *testing.T) {
 	gobin := filepath.Join(goEnv(t, "GOPATH"), "bin")
@@ -21,12 +21,12 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 	}
 	out := t.TempDir()
 	cmd := exec.Command("protoc", "--go_out="+out, "--go_opt=paths=source_relative",
-		"--go-grpc_out="+out, "--go-grpc_opt=paths=source_relative", "ledger.proto")
+		"--go-grpc_out="+out, "--go-grpc_opt=paths=source_relative", "ledger.proto", "mesh.proto")
 	cmd.Env = append(os.Environ(), "PATH="+path)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("protoc: %v\n%s", err, b)
 	}
-	for _, f := range []string{"ledger.pb.go", "ledger_grpc.pb.go"} {
+	for _, f := range []string{"ledger.pb.go", "ledger_grpc.pb.go", "mesh.pb.go", "mesh_grpc.pb.go"} {
 		want, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil {
 			t.Fatal(err)
@@ -36,7 +36,7 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s is not what ledger.proto generates: run go generate ./proto/ and commit", f)
+			t.Errorf("%s is not what the .proto files generate: run go generate ./proto/ and commit", f)
 		}
 	}
 }
