@@ -40,7 +40,10 @@ type Tenant struct {
 	Name      string   `json:"name"`
 	KeySHA256 []string `json:"key_sha256"`
 	Residency string   `json:"residency,omitempty"`
-	Budget    *Budget  `json:"budget,omitempty"`
+	// StrictTransit keeps the tenant's requests on nodes of its
+	// residency's jurisdiction.
+	StrictTransit bool    `json:"strict_transit,omitempty"`
+	Budget        *Budget `json:"budget,omitempty"`
 }
 
 // Budget is a spending limit per period.

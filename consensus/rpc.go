@@ -3,6 +3,7 @@ package consensus
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -29,15 +31,37 @@ type Client struct {
 	node       string
 	server     *Server // this node's voter; nil on a non-voter
 	membership Membership
-	token      string // shared secret between nodes; "" for none
+	auth       PeerAuth
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
 // NewClient returns a client for node. server is nil on a non-voter.
-func NewClient(node string, server *Server, membership Membership, token string) *Client {
-	return &Client{node: node, server: server, membership: membership, token: token, conns: map[string]*grpc.ClientConn{}}
+func NewClient(node string, server *Server, membership Membership, auth PeerAuth) *Client {
+	return &Client{node: node, server: server, membership: membership, auth: auth, conns: map[string]*grpc.ClientConn{}}
+}
+
+// PeerAuth is how a node proves itself to its peers' gRPC servers: a
+// shared token, mutual TLS, or both.
+type PeerAuth struct {
+	// Token is sent as a bearer token with every call; "" for none.
+	Token string
+	// TLS, if set, is the client side of mutual TLS.
+	TLS *tls.Config
+}
+
+// DialOptions returns the gRPC options that carry auth.
+func (a PeerAuth) DialOptions() []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if a.TLS != nil {
+		creds = credentials.NewTLS(a.TLS)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if a.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds(a.Token)))
+	}
+	return opts
 }
 
 // target returns the RPC address to send a leader-only call to.
@@ -84,11 +108,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if c.token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds(c.token)))
-	}
-	cc, err := grpc.NewClient(addr, opts...)
+	cc, err := grpc.NewClient(addr, c.auth.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -330,16 +350,34 @@ func (bearerCreds) RequireTransportSecurity() bool { return false }
 // hold token (compared in constant time); "" admits everyone.
 func Authenticate(token string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if token != "" {
-			md, _ := metadata.FromIncomingContext(ctx)
-			got := ""
-			if v := md.Get("authorization"); len(v) > 0 {
-				got = v[0]
-			}
-			if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {
-				return nil, status.Error(codes.Unauthenticated, "this mesh requires the peers' token")
-			}
+		if err := checkToken(ctx, token); err != nil {
+			return nil, err
 		}
 		return handler(ctx, req)
 	}
+}
+
+// AuthenticateStream is Authenticate for streaming calls.
+func AuthenticateStream(token string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := checkToken(ss.Context(), token); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+func checkToken(ctx context.Context, token string) error {
+	if token == "" {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	got := ""
+	if v := md.Get("authorization"); len(v) > 0 {
+		got = v[0]
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {
+		return status.Error(codes.Unauthenticated, "this mesh requires the peers' token")
+	}
+	return nil
 }

@@ -68,6 +68,9 @@ type ServerConfig struct {
 	// Transport, when set, replaces the TCP transport (tests use raft's
 	// in-memory one).
 	Transport raft.Transport
+	// TLS, when set, makes the TCP transport mutual TLS: peers without a
+	// certificate of the mesh's CA cannot connect.
+	TLS *TLSConfig
 	// Seed returns the commands a new leader applies first: tenants and
 	// rate capacities from the configuration file, applied only where
 	// absent.
@@ -199,7 +202,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	trans := s.cfg.Transport
 	if trans == nil {
-		t, err := newTCPTransport(s.cfg.Bind, s.cfg.Advertise, rc.Logger)
+		t, err := newTCPTransport(s.cfg.Bind, s.cfg.Advertise, s.cfg.TLS, rc.Logger)
 		if err != nil {
 			s.closeStores()
 			return err
@@ -236,7 +239,7 @@ func (s *Server) Addr() string {
 	return string(s.trans.LocalAddr())
 }
 
-func newTCPTransport(bind, advertise string, logger hclog.Logger) (*raft.NetworkTransport, error) {
+func newTCPTransport(bind, advertise string, tc *TLSConfig, logger hclog.Logger) (*raft.NetworkTransport, error) {
 	var adv net.Addr
 	if advertise != "" {
 		a, err := net.ResolveTCPAddr("tcp", advertise)
@@ -244,6 +247,13 @@ func newTCPTransport(bind, advertise string, logger hclog.Logger) (*raft.Network
 			return nil, fmt.Errorf("consensus: advertise address %q: %w", advertise, err)
 		}
 		adv = a
+	}
+	if tc != nil {
+		layer, err := newTLSStreamLayer(bind, adv, tc)
+		if err != nil {
+			return nil, fmt.Errorf("consensus: raft transport on %s: %w", bind, err)
+		}
+		return raft.NewNetworkTransportWithLogger(layer, 4, 10*time.Second, logger), nil
 	}
 	t, err := raft.NewTCPTransportWithLogger(bind, adv, 4, 10*time.Second, logger)
 	if err != nil {
