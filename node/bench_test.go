@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/sim/emulator"
 )
 
 // benchFixture is a node in front of one zero-latency emulator, both
@@ -107,6 +109,62 @@ func BenchmarkAddedLatency(b *testing.B) {
 				b.ReportMetric(pct(0, p.q), "direct-"+p.name+"-µs")
 				b.ReportMetric(pct(1, p.q)-pct(0, p.q), "proxy-adds-"+p.name+"-µs")
 				b.ReportMetric(pct(2, p.q)-pct(0, p.q), "node-adds-"+p.name+"-µs")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkForwardHop measures what one forward adds on loopback: an eu
+// tenant's request to the eu GPU cluster sent to the eu node (which calls
+// it) and to the us node (which forwards it to the eu node over gRPC),
+// in turn, so that machine noise hits both alike.
+func BenchmarkForwardHop(b *testing.B) {
+	f := startRegions(b, regionsUpstreams(emulator.Config{}), nil)
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.Cleanup(c.CloseIdleConnections)
+	send := func(url string, body []byte) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+euKey)
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || n == 0 || resp.Header.Get("X-LLMesh-Provider") != "gpu-eu" {
+			b.Fatalf("status %d from %q, %d bytes", resp.StatusCode, resp.Header.Get("X-LLMesh-Provider"), n)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"unary", benchBody}, {"stream", benchStreamBody}} {
+		b.Run(tc.name, func(b *testing.B) {
+			targets := []string{f.urls["eu"], f.urls["us"]}
+			lat := make([][]time.Duration, len(targets))
+			for _, u := range targets {
+				send(u, tc.body)
+			}
+			for b.Loop() {
+				for i, u := range targets {
+					t0 := time.Now()
+					send(u, tc.body)
+					lat[i] = append(lat[i], time.Since(t0))
+				}
+			}
+			pct := func(i int, p float64) float64 {
+				s := slices.Clone(lat[i])
+				slices.Sort(s)
+				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
+			}
+			for _, p := range []struct {
+				name string
+				q    float64
+			}{{"p50", 0.5}, {"p99", 0.99}} {
+				b.ReportMetric(pct(0, p.q), "direct-"+p.name+"-µs")
+				b.ReportMetric(pct(1, p.q), "forwarded-"+p.name+"-µs")
+				b.ReportMetric(pct(1, p.q)-pct(0, p.q), "hop-adds-"+p.name+"-µs")
 			}
 			b.ReportMetric(0, "ns/op")
 		})

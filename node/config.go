@@ -25,6 +25,7 @@ type Config struct {
 	Regions   []RegionSection   `yaml:"regions"`
 	Providers []ProviderSection `yaml:"providers"`
 	Tenants   []TenantSection   `yaml:"tenants"`
+	Groups    []GroupSection    `yaml:"groups"`
 	Limits    LimitsSection     `yaml:"limits"`
 	Timeouts  TimeoutsSection   `yaml:"timeouts"`
 	Outlier   OutlierSection    `yaml:"outlier"`
@@ -48,6 +49,17 @@ type NodeSection struct {
 	GossipKeyEnv    string   `yaml:"gossip_key_env"`   // environment variable holding the base64 32-byte gossip key
 	GossipKeyFile   string   `yaml:"gossip_key_file"`  // or a file holding it
 	Cluster         string   `yaml:"cluster"`          // gossip label: nodes of other clusters are refused
+	// TLS, when set, makes every connection between nodes (gRPC and the
+	// Raft transport) mutual TLS with certificates from these files.
+	TLS *TLSSection `yaml:"tls"`
+}
+
+// TLSSection names the PEM files of a node's certificate, its key and the
+// mesh's CA (`llmesh tls init` writes development ones).
+type TLSSection struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // RegionSection maps a region to its jurisdiction.
@@ -94,7 +106,28 @@ type TenantSection struct {
 	Name      string         `yaml:"name"`
 	KeySHA256 []string       `yaml:"key_sha256"` // hex SHA-256 of each API key
 	Residency string         `yaml:"residency"`  // optional jurisdiction
-	Budget    *BudgetSection `yaml:"budget"`
+	// StrictTransit keeps the tenant's requests on nodes of its
+	// residency's jurisdiction too, not only its providers.
+	StrictTransit bool           `yaml:"strict_transit"`
+	Budget        *BudgetSection `yaml:"budget"`
+}
+
+// GroupSection is a model name standing for several models: the planner
+// chooses among their providers by the same policy, within the tier the
+// prompt's size picks, and by weight when weights are given (sticky per
+// session).
+type GroupSection struct {
+	Name    string         `yaml:"name"`    // what clients ask for, e.g. auto
+	Members []string       `yaml:"members"` // models some provider serves
+	Tiers   []TierSection  `yaml:"tiers"`   // optional, in order; the first that fits applies
+	Weights map[string]int `yaml:"weights"` // optional: member -> share of sessions
+}
+
+// TierSection routes prompts of up to MaxPromptTokens (0: any) to its
+// members.
+type TierSection struct {
+	MaxPromptTokens int      `yaml:"max_prompt_tokens"`
+	Members         []string `yaml:"members"`
 }
 
 // BudgetSection is a tenant's spending limit.

@@ -209,7 +209,7 @@ func readAll(t *testing.T, r io.Reader) string {
 
 // eventually polls cond until it holds or d passes, and returns how long
 // it took.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {

@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +39,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/budgets/{tenant}", n.only(http.MethodPut, n.admin(n.setBudget)))
 	mux.HandleFunc("/v1/mesh/budgets/forfeit", n.only(http.MethodPost, n.admin(n.forfeit)))
 	mux.HandleFunc("/v1/mesh/raft/peers", n.only(http.MethodGet, n.admin(n.raftPeers)))
+	mux.HandleFunc("/v1/route/explain", n.only(http.MethodPost, n.explain))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound)
 	})
@@ -80,12 +84,24 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
-	for _, name := range n.catalog.Models() {
+	residency, _ := n.policyOf(t)
+	allowed := func(name string) bool {
 		for _, o := range n.catalog.Offers(name) {
-			if t.Residency.Allows(o.Provider.Jurisdictions) {
-				list.Data = append(list.Data, model{ID: name, Object: "model", OwnedBy: "llmesh"})
-				break
+			if residency.Allows(o.Provider.Jurisdictions) {
+				return true
 			}
+		}
+		return false
+	}
+	for _, name := range n.catalog.Names() {
+		ok := allowed(name)
+		if g := n.catalog.Group(name); g != nil {
+			for _, m := range g.Members {
+				ok = ok || allowed(m)
+			}
+		}
+		if ok {
+			list.Data = append(list.Data, model{ID: name, Object: "model", OwnedBy: "llmesh"})
 		}
 	}
 	writeJSON(w, http.StatusOK, list)
@@ -112,9 +128,9 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		provider := ""
 		if res != nil && res.Target != nil {
-			provider = res.Target.Provider()
+			provider = res.Provider
 		}
-		n.account(start, tenant, model, provider, status, stream, res)
+		n.account(start, tenant, model, provider, status, stream, res, "")
 	}()
 
 	t, ok := n.tenants.authenticate(r)
@@ -134,15 +150,18 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream = chat.Stream
-	if len(n.catalog.Offers(chat.Model)) > 0 {
+	if n.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
-	req := &route.Request{Chat: chat, Tenant: t.Name, Residency: t.Residency, Session: r.Header.Get("X-Llmesh-Session")}
+	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: requestID(r)}
+	req.Residency, req.StrictTransit = n.policyOf(t)
 	if req.Session == "" {
 		req.Session = chat.User
 	}
+	req.Session = sessionKey(req.Session)
+	w.Header()["X-Request-Id"] = []string{req.ID}
 	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
-		if req.Residency, err = t.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
+		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
 			status = writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
 			return
 		}
@@ -166,6 +185,40 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if res.ClientGone {
 		status = statusClientClosed
 	}
+}
+
+// maxSessionKey bounds a session key as the node keeps it: longer ones
+// (a session header or user field may be kilobytes) are kept as their
+// SHA-256, which maps them just as well.
+const maxSessionKey = 128
+
+func sessionKey(s string) string {
+	if len(s) <= maxSessionKey {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// requestID returns the client's X-Request-Id when it is a short printable
+// token, else a new random one. It follows the request into the logs of
+// every node it passes.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && printable(id) {
+		return id
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // readBody reads the request body within the size limit and the body read
@@ -227,17 +280,27 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 }
 
 // account records one finished request in metrics and the log.
-func (n *Node) account(start time.Time, tenant, model, provider string, status int, stream bool, res *route.Result) {
+// origin is the node that forwarded the request here, "" when a client
+// called this node. Tokens and cost count on the node that called the
+// provider, so a forwarded request is not counted twice.
+func (n *Node) account(start time.Time, tenant, model, provider string, status int, stream bool, res *route.Result, origin string) {
 	d := n.now().Sub(start)
 	m := n.metrics
 	m.requests.WithLabelValues(model, provider, strconv.Itoa(status)).Inc()
 	m.duration.WithLabelValues(model, strconv.FormatBool(stream)).Observe(d.Seconds())
 	attrs := []any{"tenant", tenant, "model", model, "status", status, "stream", stream, "ms", d.Milliseconds()}
+	if origin != "" {
+		attrs = append(attrs, "forwarded_by", origin)
+	}
 	if res != nil && res.Target != nil {
 		u := res.Usage
-		m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
-		m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
-		m.cost.WithLabelValues(tenant, model, provider).Add(res.Cost)
+		via := res.Target.Via
+		if via == "" {
+			via = n.s.name
+			m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
+			m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
+			m.cost.WithLabelValues(tenant, model, provider).Add(res.Cost)
+		}
 		if stream {
 			m.ttft.WithLabelValues(model, provider).Observe(res.TTFT.Seconds())
 		}
@@ -247,7 +310,7 @@ func (n *Node) account(start time.Time, tenant, model, provider string, status i
 		if res.UsageCounted {
 			m.countedTokens.WithLabelValues(provider).Inc()
 		}
-		attrs = append(attrs, "provider", provider, "via", n.s.name, "prompt_tokens", u.PromptTokens,
+		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens,
 			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
 			"truncated", res.Truncated)
 	}

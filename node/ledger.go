@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 
 	"github.com/llmesh/llmesh/consensus"
-	pb "github.com/llmesh/llmesh/proto"
+	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -33,9 +32,10 @@ type ledger struct {
 	// configBudgeted are the tenants the file gives a budget: what holds
 	// in a mesh with no voters, where nothing can have changed them.
 	configBudgeted map[string]bool
+	// policies are the tenants' residency and strict transit as the
+	// ledger holds them, once read.
+	policies atomic.Pointer[map[string]tenantPolicy]
 
-	grpc   *grpc.Server
-	rpcLn  net.Listener
 	cancel context.CancelFunc
 	loops  sync.WaitGroup
 }
@@ -59,6 +59,9 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 			Seed: func() []consensus.Command { return seedCommands(s, catalog) }, Membership: membership{n},
 			Logger: n.log.With("component", "raft"), Clock: n.now,
 		}
+		if s.tls != nil {
+			cfg.TLS = &consensus.TLSConfig{Server: s.tls.server, Client: s.tls.client}
+		}
 		if s.advertise != "" {
 			_, port, _ := net.SplitHostPort(s.raftAddr)
 			cfg.Advertise = net.JoinHostPort(s.advertise, port)
@@ -73,7 +76,11 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 		srv.ObserveApply(func(d time.Duration) { n.metrics.raftApply.Observe(d.Seconds()) })
 		l.server = srv
 	}
-	l.client = consensus.NewClient(s.name, l.server, membership{n}, s.rpcToken)
+	auth := consensus.PeerAuth{Token: s.rpcToken}
+	if s.tls != nil {
+		auth.TLS = s.tls.client
+	}
+	l.client = consensus.NewClient(s.name, l.server, membership{n}, auth)
 	l.budgets = consensus.NewBudgetHolder(s.name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
 	l.rates = consensus.NewRateHolder(s.name, catalog.Providers(), l.client.Rates, func() int {
 		if n.mesh == nil {
@@ -95,7 +102,7 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 func seedCommands(s *settings, catalog *route.Catalog) []consensus.Command {
 	var out []consensus.Command
 	for _, t := range s.tenants {
-		ct := consensus.Tenant{Name: t.name, Residency: string(t.residency.Jurisdiction)}
+		ct := consensus.Tenant{Name: t.name, Residency: string(t.residency.Jurisdiction), StrictTransit: t.strict}
 		for _, k := range t.keys {
 			ct.KeySHA256 = append(ct.KeySHA256, fmt.Sprintf("%x", k))
 		}
@@ -114,28 +121,13 @@ func seedCommands(s *settings, catalog *route.Catalog) []consensus.Command {
 	return out
 }
 
-// listen opens the Raft transport (voters) and the gRPC listener; it runs
-// before the node announces itself, so the announcement carries their
-// addresses.
+// listen opens the Raft transport (voters); it runs before the node
+// announces itself, so the announcement carries its address.
 func (l *ledger) listen(ctx context.Context) error {
 	if l.server != nil {
 		if err := l.server.Start(ctx); err != nil {
 			return fmt.Errorf("node.raft: %w", err)
 		}
-	}
-	if addr := l.n.s.rpcAddr; addr != "" {
-		if host, _, _ := net.SplitHostPort(addr); l.n.s.rpcToken == "" && !isLoopback(host) {
-			l.n.log.Warn("node.rpc is reachable beyond this host and unauthenticated: set node.gossip_key_env or node.gossip_key_file (peers then authenticate with a token derived from it)")
-		}
-		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp", addr)
-		if err != nil {
-			return fmt.Errorf("node.rpc: %w", err)
-		}
-		l.rpcLn = ln
-		l.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(consensus.Authenticate(l.n.s.rpcToken)))
-		pb.RegisterLedgerServer(l.grpc, consensus.NewService(l.client))
-		go func() { _ = l.grpc.Serve(ln) }()
 	}
 	return nil
 }
@@ -182,21 +174,33 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		// The file's budgeted tenants count whatever the ledger says (it
 		// may not have been seeded yet): the set fails closed.
 		m := maps.Clone(l.configBudgeted)
+		pol := make(map[string]tenantPolicy, len(ts))
 		for _, t := range ts {
 			if t.Budget != nil {
 				m[t.Name] = true
 			}
+			pol[t.Name] = tenantPolicy{residency: region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}, strict: t.StrictTransit}
 		}
 		l.budgeted.Store(&m)
+		l.policies.Store(&pol)
 	}
 }
 
-// RPCAddr returns the gRPC listener's address.
-func (l *ledger) rpcAddr() string {
-	if l.rpcLn == nil {
-		return ""
+// tenantPolicy is where a tenant's data may go, as the ledger says.
+type tenantPolicy struct {
+	residency region.Residency
+	strict    bool
+}
+
+// policy returns the ledger's residency and strict transit for tenant,
+// when the ledger has been read and holds it.
+func (l *ledger) policy(tenant string) (tenantPolicy, bool) {
+	m := l.policies.Load()
+	if m == nil {
+		return tenantPolicy{}, false
 	}
-	return l.rpcLn.Addr().String()
+	p, ok := (*m)[tenant]
+	return p, ok
 }
 
 // ready reports whether the request path can spend: the budgeted tenants
@@ -208,21 +212,13 @@ func (l *ledger) ready() bool {
 }
 
 // stop reports spend and gives escrow back (the holders' final sync),
-// then stops the RPC server and Raft.
+// then stops Raft. The node stops its RPC server first: requests
+// forwarded here spend until they end.
 func (l *ledger) stop() {
 	if l.cancel != nil {
 		l.cancel()
 	}
 	l.loops.Wait()
-	if l.grpc != nil {
-		stopped := make(chan struct{})
-		go func() { l.grpc.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(5 * time.Second):
-			l.grpc.Stop()
-		}
-	}
 	l.client.Close()
 	if l.server != nil {
 		_ = l.server.Shutdown()
@@ -232,9 +228,6 @@ func (l *ledger) stop() {
 // kill stops everything at once, as a crash would: escrow stays reserved.
 func (l *ledger) kill() {
 	l.budgets.Crash()
-	if l.grpc != nil {
-		l.grpc.Stop()
-	}
 	if l.server != nil {
 		_ = l.server.Shutdown()
 	}
@@ -254,7 +247,7 @@ func (m membership) Voters() []consensus.VoterInfo {
 	var out []consensus.VoterInfo
 	if n.mesh == nil {
 		if n.ledger != nil && n.ledger.server != nil {
-			out = append(out, consensus.VoterInfo{ID: n.s.name, RaftAddr: n.ledger.server.Addr(), RPCAddr: n.ledger.rpcAddr(), State: "alive"})
+			out = append(out, consensus.VoterInfo{ID: n.s.name, RaftAddr: n.ledger.server.Addr(), RPCAddr: n.rpcAddr(), State: "alive"})
 		}
 		return out
 	}

@@ -30,6 +30,8 @@ type metrics struct {
 	probeCost     *prometheus.CounterVec
 	probeTokens   *prometheus.CounterVec
 	raftApply     prometheus.Histogram
+	forwardsIn    prometheus.Counter
+	forwardsOut   prometheus.Counter
 	// rateLimited, when set, is told of every 429 (the rate holder).
 	rateLimited func(provider string)
 }
@@ -60,13 +62,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmesh_cost_usd_total",
 			Help: "Spend in US dollars at the configured prices, by tenant, model and provider.",
 		}, []string{"tenant", "model", "provider"})).(*prometheus.CounterVec),
+		forwardsIn: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmesh_forwards_received_total",
+			Help: "Requests other nodes forwarded here to serve with this node's providers.",
+		})).(prometheus.Counter),
+		forwardsOut: f(prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmesh_forwards_sent_total",
+			Help: "Requests this node forwarded to a node that can reach their provider.",
+		})).(prometheus.Counter),
 		inFlight: f(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmesh_requests_in_flight",
 			Help: "Chat completion requests being served.",
 		})).(prometheus.Gauge),
 		attempts: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_upstream_attempts_total",
-			Help: "Calls to providers, by provider and outcome (ok, rate_limited, http_error, connect_error, timeout, bad_response, broken_stream, refused, canceled).",
+			Help: "Calls to providers, by provider and outcome (ok, rate_limited, http_error, connect_error, timeout, bad_response, broken_stream, refused, canceled, and blocked: a target the residency guard refused, which should never happen).",
 		}, []string{"provider", "outcome"})).(*prometheus.CounterVec),
 		attemptTime: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmesh_upstream_attempt_duration_seconds", Buckets: latencyBuckets,

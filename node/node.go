@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/route"
@@ -58,6 +59,9 @@ type Node struct {
 	tenants  *tenantKeys
 
 	mesh     *gossip.Mesh // nil when the node does not gossip
+	grpc     *grpc.Server // nil without node.rpc
+	rpcLn    net.Listener
+	forward  *forwarder
 	ledger   *ledger      // nil when the node has no part in the ledger
 	inFlight atomic.Int64
 	probes   *prober
@@ -95,7 +99,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	catalog, err := route.NewCatalog(s.providers)
+	catalog, err := route.NewCatalog(s.providers, s.groups...)
 	if err != nil {
 		return nil, err
 	}
@@ -165,11 +169,20 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		Self: s.name, Region: s.region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
 		Regions: s.regions, Affinity: affinity,
 	}
+	var fwd route.Forwarder
+	if n.mesh != nil {
+		// Other regions' region-reach providers are served through a
+		// node of their region.
+		n.planner.Mesh = &meshView{n: n}
+		n.forward = newForwarder(n)
+		fwd = n.forward
+	}
 	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
 		Guard:     route.Guard{Region: s.region, Regions: s.regions},
 		Tracker:   n.tracker,
 		Replicas:  n.replicas,
 		Affinity:  affinity,
+		Forwarder: fwd,
 		Quota:     quota,
 		Budget:    budget,
 		Tokenizer: &route.Tokenizer{},
@@ -201,6 +214,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	fail := func(err error) error {
 		ln.Close()
+		if n.grpc != nil {
+			n.grpc.Stop()
+		}
 		if n.ledger != nil {
 			n.ledger.kill()
 		}
@@ -211,11 +227,14 @@ func (n *Node) Start(ctx context.Context) error {
 			return fail(err)
 		}
 	}
+	if err := n.listenRPC(ctx); err != nil {
+		return fail(err)
+	}
 	if n.mesh != nil {
 		meta := n.mesh.Meta()
 		meta.HTTP = n.advertised(ln.Addr())
+		meta.RPC = n.advertisedHostPort(n.rpcAddr())
 		if n.ledger != nil {
-			meta.RPC = n.advertisedHostPort(n.ledger.rpcAddr())
 			if n.ledger.server != nil {
 				meta.Raft = n.advertisedHostPort(n.ledger.server.Addr())
 			}
@@ -317,8 +336,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			<-n.serveDone
 		}
 		n.loops.Wait()
+		n.stopRPC(ctx) // requests forwarded here finish and spend first
 		if n.ledger != nil {
-			n.ledger.stop() // report spend and give escrow back first
+			n.ledger.stop() // then report spend and give escrow back
 		}
 		if n.mesh != nil {
 			if n.ln != nil {
@@ -331,6 +351,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			}
 		}
 		n.exec.Close()
+		if n.forward != nil {
+			n.forward.close()
+		}
 		n.shutdownErr = errors.Join(errs...)
 		n.log.Info("node stopped")
 	})
@@ -347,6 +370,9 @@ func (n *Node) Kill() {
 		if n.mesh != nil {
 			_ = n.mesh.Shutdown()
 		}
+		if n.grpc != nil {
+			n.grpc.Stop()
+		}
 		if n.ledger != nil {
 			n.ledger.kill()
 		}
@@ -356,5 +382,8 @@ func (n *Node) Kill() {
 		}
 		n.loops.Wait()
 		n.exec.Close()
+		if n.forward != nil {
+			n.forward.close()
+		}
 	})
 }

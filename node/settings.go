@@ -25,6 +25,8 @@ type settings struct {
 	httpAddr     string
 	regions      *region.Map
 	providers    []route.Provider
+	groups       []route.Group
+	tls          *meshTLS // nil: connections between nodes are not TLS
 	tenants      []tenant
 	executor     route.ExecutorConfig
 	health       route.HealthConfig
@@ -62,6 +64,7 @@ type tenant struct {
 	name      string
 	keys      [][sha256.Size]byte
 	residency region.Residency
+	strict    bool
 	budget    *BudgetSection
 }
 
@@ -163,6 +166,13 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		bad("node.advertise", "%q is not an IP address", n.Advertise)
 	}
 	s.gossip = resolveGossip(n, getenv, readFile, bad)
+	if n.TLS != nil {
+		t, err := loadTLS(n.TLS, readFile)
+		if err != nil {
+			bad("node.tls", "%v", err)
+		}
+		s.tls = t
+	}
 
 	// providers
 	names := map[string]bool{}
@@ -276,6 +286,25 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		s.providers = append(s.providers, rp)
 	}
 
+	// model groups (what they name is checked against the catalog)
+	for i, g := range c.Groups {
+		f := fmt.Sprintf("groups[%d]", i)
+		if !nodeNamePattern.MatchString(g.Name) {
+			bad(f+".name", "%q must be 1-64 letters, digits, '.', '_' or '-'", g.Name)
+		}
+		if len(g.Members) == 0 {
+			bad(f+".members", "at least one model is required")
+		}
+		rg := route.Group{Name: g.Name, Members: g.Members, Weights: g.Weights}
+		for j, t := range g.Tiers {
+			if t.MaxPromptTokens < 0 {
+				bad(fmt.Sprintf("%s.tiers[%d].max_prompt_tokens", f, j), "must not be negative")
+			}
+			rg.Tiers = append(rg.Tiers, route.Tier{MaxPromptTokens: t.MaxPromptTokens, Members: t.Members})
+		}
+		s.groups = append(s.groups, rg)
+	}
+
 	// tenants
 	tenantNames := map[string]bool{}
 	keyOwner := map[[sha256.Size]byte]string{}
@@ -315,6 +344,10 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 			}
 			tt.residency = region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}
 		}
+		if t.StrictTransit && t.Residency == "" {
+			bad(f+".strict_transit", "needs a residency: it keeps requests on nodes of the residency's jurisdiction")
+		}
+		tt.strict = t.StrictTransit
 		tt.budget = t.Budget
 		if b := t.Budget; b != nil {
 			if b.USD <= 0 {

@@ -14,6 +14,9 @@ import (
 type Tenant struct {
 	Name      string
 	Residency region.Residency
+	// StrictTransit keeps the tenant's requests on nodes of its
+	// residency's jurisdiction.
+	StrictTransit bool
 }
 
 // tenantKeys authenticates API keys against the SHA-256 hashes of the
@@ -21,6 +24,7 @@ type Tenant struct {
 type tenantKeys struct {
 	// byPrefix indexes key hashes by their first eight bytes.
 	byPrefix map[uint64][]keyEntry
+	byName   map[string]*Tenant
 }
 
 type keyEntry struct {
@@ -29,9 +33,10 @@ type keyEntry struct {
 }
 
 func newTenantKeys(ts []tenant) *tenantKeys {
-	k := &tenantKeys{byPrefix: map[uint64][]keyEntry{}}
+	k := &tenantKeys{byPrefix: map[uint64][]keyEntry{}, byName: map[string]*Tenant{}}
 	for _, t := range ts {
-		tt := &Tenant{Name: t.name, Residency: t.residency}
+		tt := &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict}
+		k.byName[t.name] = tt
 		for _, h := range t.keys {
 			p := binary.BigEndian.Uint64(h[:8])
 			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: tt})
@@ -62,6 +67,12 @@ func (k *tenantKeys) authenticate(r *http.Request) (*Tenant, bool) {
 		}
 	}
 	return nil, false
+}
+
+// named returns the tenant called name, as a forwarding node names it.
+func (k *tenantKeys) named(name string) (*Tenant, bool) {
+	t, ok := k.byName[name]
+	return t, ok
 }
 
 func bearer(h string) string {

@@ -1,6 +1,9 @@
 package region
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestResidencyAllows(t *testing.T) {
 	eu, us := NewSet("eu"), NewSet("us", "eu", "us")
@@ -59,5 +62,25 @@ func TestNarrow(t *testing.T) {
 	}
 	if _, err := (Residency{}).Narrow("Not A Name"); err == nil {
 		t.Fatal("invalid name accepted")
+	}
+}
+
+func TestNearest(t *testing.T) {
+	ms := time.Millisecond
+	cases := []struct {
+		cands []Candidate
+		want  int
+	}{
+		{nil, -1},
+		{[]Candidate{{Name: "a"}, {Name: "b", Load: -1}}, 1},                                      // nothing known: least loaded
+		{[]Candidate{{RTT: 80 * ms, RTTKnown: true}, {RTT: 20 * ms, RTTKnown: true, Load: 9}}, 1}, // the far one is not near
+		{[]Candidate{{RTT: 20 * ms, RTTKnown: true, Load: 9}, {RTT: 23 * ms, RTTKnown: true, Load: 2}}, 1},
+		{[]Candidate{{RTT: 20 * ms, RTTKnown: true, Load: 2}, {RTT: 22 * ms, RTTKnown: true, Load: 2}}, 0},
+		{[]Candidate{{Load: 0}, {RTT: 50 * ms, RTTKnown: true, Load: 7}}, 1}, // unknown loses to known
+	}
+	for i, c := range cases {
+		if got := Nearest(c.cands); got != c.want {
+			t.Errorf("case %d: got %d, want %d", i, got, c.want)
+		}
 	}
 }

@@ -240,7 +240,14 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 				rateWait = minPositive(rateWait, a.retryAfter)
 			}
 			failed = append(failed, t.Provider()+" via "+t.Via+" ("+a.short()+")")
-			lastErr = ErrUpstream
+			switch {
+			case a.unavailable == nil:
+				lastErr = ErrUpstream
+			case lastErr == nil || !errors.Is(lastErr, ErrUpstream):
+				// The far node had nothing to try: unless some provider
+				// failed, that is the answer.
+				lastErr = a.unavailable
+			}
 			continue
 		}
 		now := e.now()
@@ -297,7 +304,7 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		if a.committed {
 			res.Provider = t.Provider()
 			if ring != nil {
-				res.Replica = replicaName(t.Endpoint())
+				res.Replica = ReplicaName(t.Endpoint())
 				ring.Seat(req.Session, t.Replica, e.now())
 			}
 		}
@@ -387,6 +394,9 @@ type attemptResult struct {
 	// ttft is a stream's time to its first event; total the time to a
 	// whole non-streamed answer. Both feed the latency averages.
 	ttft, total time.Duration
+	// unavailable is a via node's answer that it had no provider to try
+	// (ErrNoCompliantProvider or ErrNoProvider), rather than a failure.
+	unavailable error
 }
 
 func (a *attemptResult) short() string {
@@ -622,11 +632,13 @@ func setRouteHeaders(h http.Header, t *Target, node, route string) {
 	}
 	h["X-Llmesh-Via"] = []string{via}
 	if len(t.Offer.Endpoints) > 1 {
-		h["X-Llmesh-Replica"] = []string{replicaName(t.Endpoint())}
+		h["X-Llmesh-Replica"] = []string{ReplicaName(t.Endpoint())}
 	}
 }
 
-func replicaName(endpoint string) string {
+// ReplicaName names a replica by its endpoint's host, as X-LLMesh-Replica
+// does.
+func ReplicaName(endpoint string) string {
 	if u, err := url.Parse(endpoint); err == nil {
 		return u.Host
 	}

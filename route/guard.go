@@ -139,5 +139,11 @@ func (e *Executor) forward(ctx context.Context, req *Request, t *Target, sink Re
 		a.retryAfter = retryAfter(f.Header, e.now())
 		return e.fail(a, OutcomeRateLimited, "via %s: 429 %s", t.Via, f.Code)
 	}
+	switch f.Code {
+	case "no_compliant_provider":
+		a.unavailable = fmt.Errorf("%w: node %s has no provider it may send the request to", ErrNoCompliantProvider, t.Via)
+	case "no_provider_available":
+		a.unavailable = fmt.Errorf("%w: node %s has no provider available", ErrNoProvider, t.Via)
+	}
 	return e.fail(a, OutcomeHTTPError, "via %s: %d %s", t.Via, f.Status, f.Code)
 }

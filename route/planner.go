@@ -46,8 +46,9 @@ type Target struct {
 	// Tokens is what the attempt counts against the provider's TPM.
 	Tokens int
 	Health Health
-	// Sticky means the session's last provider: tried first while healthy.
-	Sticky bool
+	// Sticky means the session's last provider, Hinted the provider the
+	// forwarding node planned for: either is tried first while healthy.
+	Sticky, Hinted bool
 }
 
 // Provider returns the target's provider name.
@@ -106,7 +107,7 @@ func (CostFirst) Name() string { return "cost" }
 // Less implements Policy.
 func (CostFirst) Less(req *Request, a, b *Target) bool {
 	// Stickiness holds only while the provider is healthy.
-	if as, bs := a.Sticky && !a.Health.Degraded, b.Sticky && !b.Health.Degraded; as != bs {
+	if as, bs := (a.Sticky || a.Hinted) && !a.Health.Degraded, (b.Sticky || b.Hinted) && !b.Health.Degraded; as != bs {
 		return as
 	}
 	if a.Health.Degraded != b.Health.Degraded {
@@ -252,7 +253,8 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 		t.MaxCost = o.Model.Cost(plan.PromptUpper, out)
 		t.Tokens = plan.PromptTokens + out
 		t.Health = p.Health.Health(pv.Name, now)
-		t.Sticky = pv.Name == sticky || (req.Hint != "" && pv.Name == req.Hint)
+		t.Sticky = pv.Name == sticky
+		t.Hinted = req.Hint != "" && pv.Name == req.Hint
 		switch {
 		case t.Health.Ejected:
 			plan.skip(pv.Name, "ejected after failures", false, 0)
@@ -388,6 +390,42 @@ func (plan *Plan) unavailable(req *Request) error {
 	return fmt.Errorf("%w: %s", ErrNoProvider, strings.Join(reasons, "; "))
 }
 
+// Why says why target i is in the plan where it is: what the policy
+// weighed, in a few words each.
+func (plan *Plan) Why(i int) []string {
+	t := &plan.Targets[i]
+	var why []string
+	if t.Sticky {
+		why = append(why, "the session's provider (its prompt cache is warm): first while healthy")
+	}
+	if t.Hinted {
+		why = append(why, "the forwarding node's choice: first while healthy")
+	}
+	if t.Health.Degraded {
+		why = append(why, "failing on other nodes: ranked below healthy providers")
+	}
+	why = append(why, fmt.Sprintf("expected cost $%.6f (at most $%.6f)", t.Cost, t.MaxCost))
+	switch {
+	case t.Health.TTFT > 0:
+		why = append(why, fmt.Sprintf("time to first token %dms", t.Health.TTFT.Milliseconds()))
+	case t.Health.Latency > 0:
+		why = append(why, fmt.Sprintf("latency %dms", t.Health.Latency.Milliseconds()))
+	default:
+		why = append(why, "not observed yet: counts as fast")
+	}
+	if t.Via != "" {
+		why = append(why, fmt.Sprintf("reachable only from region %s: through node %s (rtt %dms)", t.ViaRegion, t.Via, t.ViaRTT.Milliseconds()))
+	}
+	if t.Offer.Provider.Ring != nil && t.Via == "" {
+		if i == 0 || plan.Targets[i-1].Offer.Provider != t.Offer.Provider {
+			why = append(why, "the session's replica (bounded-load consistent hash)")
+		} else {
+			why = append(why, "the next replica on the ring: failover")
+		}
+	}
+	return why
+}
+
 // Explain renders the plan for the X-LLMesh-Route header: the policy, the
 // chosen target and what it beat or replaced, in one short ASCII line.
 func (plan *Plan) Explain(chosen int, failed []string) string {
@@ -409,6 +447,9 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 	}
 	if t.Sticky {
 		b.WriteString(", session affinity")
+	}
+	if t.Hinted {
+		b.WriteString(", as the forwarding node planned")
 	}
 	if t.Health.Degraded {
 		b.WriteString(", failing on other nodes")

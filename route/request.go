@@ -308,7 +308,15 @@ func (r *ChatRequest) Body() []byte { return r.raw }
 // so that every stream can be accounted. Every other byte is the client's.
 // When nothing needs to change, the client's body itself is returned.
 func (r *ChatRequest) UpstreamBody(model string) []byte {
-	wantUsage := r.Stream && !r.IncludeUsage
+	return r.rewrite(model, r.Stream && !r.IncludeUsage)
+}
+
+// WithModel returns the client's body with model set to model (the body
+// itself when it names it already): what a node forwards, so the node it
+// forwards to serves exactly the model planned, not a group's choice.
+func (r *ChatRequest) WithModel(model string) []byte { return r.rewrite(model, false) }
+
+func (r *ChatRequest) rewrite(model string, wantUsage bool) []byte {
 	if model == r.Model && !wantUsage {
 		return r.raw
 	}

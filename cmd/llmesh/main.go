@@ -23,6 +23,7 @@ Usage:
   llmesh budgets forfeit NODE       write off the escrow of a node that will not return
   llmesh raft peers                 the Raft configuration and its leader
   llmesh keygen                     a new gossip encryption key
+  llmesh tls init NODE...           a development CA and certificates for mutual TLS between nodes
   llmesh version
 
 Operator verbs take -addr http://127.0.0.1:8080, -token (or $LLMESH_ADMIN_TOKEN) and -json.
@@ -60,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRaft(args[1:], stdout, stderr)
 	case "keygen":
 		return runKeygen(args[1:], stdout, stderr)
+	case "tls":
+		return runTLS(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "llmesh", version)
 		return 0

@@ -1,0 +1,471 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/gossip"
+	pb "github.com/llmesh/llmesh/proto"
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+// forwardChunk bounds one Data message: a large non-streamed answer goes
+// in pieces, far below gRPC's 4 MiB message limit.
+const forwardChunk = 64 << 10
+
+// hopSlack is what a forward adds to the far node's own timeouts before
+// the origin gives up on it: the hop's round trip and the far node's
+// planning.
+const hopSlack = 5 * time.Second
+
+// meshService is the receiving side of a forward: it serves a request
+// another node sent, as if a client had called this node, except that it
+// never forwards it on. It trusts nothing of the sender's plan: the tenant
+// must be one of this node's, the residency is this node's view of the
+// tenant (narrowed, never widened, by what the sender established), and
+// every target passes this node's own planner and guard.
+type meshService struct {
+	pb.UnimplementedMeshServer
+	n *Node
+}
+
+func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServer) error {
+	n := s.n
+	start := n.now()
+	n.metrics.inFlight.Inc()
+	n.inFlight.Add(1)
+	n.metrics.forwardsIn.Inc()
+	defer func() {
+		n.metrics.inFlight.Dec()
+		n.inFlight.Add(-1)
+	}()
+	sink := &streamSink{stream: stream, header: http.Header{}}
+	var (
+		model, tenant = "unknown", in.Tenant
+		res           *route.Result
+		status        int
+		streaming     bool
+	)
+	defer func() {
+		provider := ""
+		if res != nil {
+			provider = res.Provider
+		}
+		n.account(start, tenant, model, provider, status, streaming, res, in.Origin)
+	}()
+	refuse := func(err error) error {
+		status = writeError(sink, err)
+		if status == statusClientClosed {
+			return nil
+		}
+		_, e := classify(err)
+		return sink.finish(&pb.Trailer{ErrorCode: e.Code})
+	}
+	if !n.ready.Load() {
+		return refuse(fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.name))
+	}
+	t, ok := n.tenants.named(in.Tenant)
+	if !ok {
+		return refuse(fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.name))
+	}
+	residency, strict := n.policyOf(t)
+	if in.Residency != "" {
+		r, err := residency.Narrow(region.Jurisdiction(in.Residency))
+		if err != nil {
+			// The sender thinks the tenant may go further than this node
+			// does: this node's view holds.
+			return refuse(fmt.Errorf("%w: node %s: %v", route.ErrNoCompliantProvider, n.s.name, err))
+		}
+		residency = r
+	}
+	chat, err := route.ParseChatRequest(in.Body)
+	if err != nil {
+		return refuse(err)
+	}
+	streaming = chat.Stream
+	if n.catalog.Serves(chat.Model) {
+		model = chat.Model
+	}
+	req := &route.Request{
+		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict || in.StrictTransit,
+		Session: in.Session, Forwarded: true, Hint: in.Provider, ID: in.RequestId,
+	}
+	plan, err := n.planner.Plan(req, start)
+	if err != nil {
+		return refuse(err)
+	}
+	res, err = n.exec.Execute(stream.Context(), req, plan, sink)
+	if err != nil {
+		return refuse(err)
+	}
+	status = sink.status
+	if res.ClientGone {
+		status = statusClientClosed
+		return nil
+	}
+	return sink.finish(&pb.Trailer{
+		Provider: res.Provider, PromptTokens: int64(res.Usage.PromptTokens), CompletionTokens: int64(res.Usage.CompletionTokens),
+		UsageCounted: res.UsageCounted, CostUsd: res.Cost, TtftNs: int64(res.TTFT), Truncated: res.Truncated,
+	})
+}
+
+// policyOf returns where a tenant's data may go: the ledger's view once
+// read (its residency when it sets one; strict transit if either says so),
+// else the configuration's.
+func (n *Node) policyOf(t *Tenant) (region.Residency, bool) {
+	res, strict := t.Residency, t.StrictTransit
+	if n.ledger != nil {
+		if p, ok := n.ledger.policy(t.Name); ok {
+			if p.residency.Restricted() {
+				res = p.residency
+			}
+			strict = strict || p.strict
+		}
+	}
+	return res, strict
+}
+
+// streamSink is a route.ResponseSink (and an http.ResponseWriter, for
+// refusals) over the forwarding stream: the head when the answer starts,
+// what was written in Data messages at each flush, a Trailer at the end.
+type streamSink struct {
+	stream   pb.Mesh_ForwardServer
+	header   http.Header
+	status   int
+	headSent bool
+	buf      []byte
+	err      error
+}
+
+func (s *streamSink) Header() http.Header { return s.header }
+
+func (s *streamSink) WriteHeader(code int) {
+	if s.headSent {
+		return
+	}
+	s.status, s.headSent = code, true
+	h := make(map[string]string, len(s.header))
+	for k, v := range s.header {
+		if len(v) > 0 && k != "X-Llmesh-Node" {
+			h[k] = v[0]
+		}
+	}
+	s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Head{Head: &pb.Head{Status: int32(code), Headers: h}}})
+}
+
+func (s *streamSink) Write(p []byte) (int, error) {
+	if !s.headSent {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	s.buf = append(s.buf, p...)
+	if len(s.buf) >= forwardChunk {
+		_ = s.Flush()
+	}
+	return len(p), s.err
+}
+
+// Flush sends what was written since the last flush.
+func (s *streamSink) Flush() error {
+	for i := 0; i < len(s.buf) && s.err == nil; i += forwardChunk {
+		// Send serializes the message before it returns, so the buffer
+		// may be reused.
+		s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Data{Data: s.buf[i:min(i+forwardChunk, len(s.buf))]}})
+	}
+	s.buf = s.buf[:0]
+	return s.err
+}
+
+func (s *streamSink) send(m *pb.ForwardReply) {
+	if s.err == nil {
+		s.err = s.stream.Send(m)
+	}
+}
+
+// finish flushes the answer and closes it with tr.
+func (s *streamSink) finish(tr *pb.Trailer) error {
+	if !s.headSent {
+		return nil
+	}
+	_ = s.Flush()
+	s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Trailer{Trailer: tr}})
+	return s.err
+}
+
+// forwarder is the sending side: route.Forwarder over gRPC to the via
+// node, with one connection per peer.
+type forwarder struct {
+	n    *Node
+	auth consensus.PeerAuth
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // by RPC address
+}
+
+var _ route.Forwarder = (*forwarder)(nil)
+
+func newForwarder(n *Node) *forwarder {
+	auth := consensus.PeerAuth{Token: n.s.rpcToken}
+	if n.s.tls != nil {
+		auth.TLS = n.s.tls.client
+	}
+	return &forwarder{n: n, auth: auth, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cc := f.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	if len(f.conns) >= 64 { // peers come and go: drop those no longer known
+		known := map[string]bool{}
+		for _, m := range f.n.mesh.Members() {
+			known[m.Meta.RPC] = true
+		}
+		for a, cc := range f.conns {
+			if !known[a] {
+				_ = cc.Close()
+				delete(f.conns, a)
+			}
+		}
+	}
+	opts := append(f.auth.DialOptions(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout, PermitWithoutStream: true,
+	}))
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	f.conns[addr] = cc
+	return cc, nil
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for a, cc := range f.conns {
+		_ = cc.Close()
+		delete(f.conns, a)
+	}
+}
+
+// Forward implements route.Forwarder. The via node must still be an
+// alive, non-draining member of the region the plan named: gossip may
+// have learned otherwise since.
+func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Target, routeNote string, sink route.ResponseSink) route.Forwarded {
+	n := f.n
+	mem, ok := n.meshMember(t.Via)
+	switch {
+	case !ok || mem.State != "alive":
+		return route.Forwarded{Err: fmt.Errorf("node %s is not alive", t.Via)}
+	case mem.Meta.Region != t.ViaRegion:
+		return route.Forwarded{Err: fmt.Errorf("node %s is in region %s, not %s", t.Via, mem.Meta.Region, t.ViaRegion)}
+	case mem.Meta.RPC == "":
+		return route.Forwarded{Err: fmt.Errorf("node %s takes no forwards (no node.rpc)", t.Via)}
+	}
+	cc, err := f.conn(mem.Meta.RPC)
+	if err != nil {
+		return route.Forwarded{Err: err}
+	}
+	n.metrics.forwardsOut.Inc()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the call, and the far node's upstream call with it
+	var timedOut atomic.Bool
+	cfg := n.s.executor
+	wait := cfg.ResponseTimeout
+	if req.Chat.Stream {
+		wait = cfg.FirstByteTimeout
+	}
+	timer := time.AfterFunc(wait+hopSlack, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
+	hopErr := func(err error) route.Forwarded {
+		if s, ok := status.FromError(err); ok {
+			err = errors.New(s.Message())
+		}
+		return route.Forwarded{Err: err, Timeout: timedOut.Load()}
+	}
+	res, cons := req.Residency, req.StrictTransit
+	st, err := pb.NewMeshClient(cc).Forward(cctx, &pb.ForwardRequest{
+		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(res.Jurisdiction), StrictTransit: cons,
+		Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
+	})
+	if err != nil {
+		return hopErr(err)
+	}
+	msg, err := st.Recv()
+	if err != nil {
+		return hopErr(err)
+	}
+	head := msg.GetHead()
+	if head == nil {
+		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", t.Via)}
+	}
+	if head.Status != http.StatusOK {
+		return refusal(st, head)
+	}
+	h := sink.Header()
+	for k, v := range head.Headers {
+		if k != "X-Llmesh-Route" {
+			h[k] = []string{v}
+		}
+	}
+	h["X-Llmesh-Route"] = []string{routeNote + "; at " + t.Via + ": " + head.Headers["X-Llmesh-Route"]}
+	sink.WriteHeader(http.StatusOK)
+	out := route.Forwarded{Committed: true, Header: h}
+	idle := cfg.ResponseTimeout
+	if req.Chat.Stream {
+		idle = cfg.StreamIdleTimeout
+	}
+	timer.Reset(idle + hopSlack)
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				out.ClientGone = true
+				return out
+			}
+			// The hop broke mid-answer: the client learns it as a
+			// provider's broken stream would tell it.
+			out.Truncated, out.Err = true, hopErr(err).Err
+			if errors.Is(err, io.EOF) {
+				out.Err = fmt.Errorf("node %s ended the answer without its trailer", t.Via)
+			}
+			if req.Chat.Stream {
+				msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s, which called the provider, stopped answering", t.Via))
+				_, _ = sink.Write([]byte(`data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"))
+				_ = sink.Flush()
+			}
+			return out
+		}
+		switch p := msg.Part.(type) {
+		case *pb.ForwardReply_Data:
+			timer.Reset(idle + hopSlack)
+			if _, err := sink.Write(p.Data); err != nil {
+				out.ClientGone = true
+				return out
+			}
+			if req.Chat.Stream {
+				if err := sink.Flush(); err != nil {
+					out.ClientGone = true
+					return out
+				}
+			}
+		case *pb.ForwardReply_Trailer:
+			tr := p.Trailer
+			out.Provider, out.Cost, out.TTFT, out.Truncated = tr.Provider, tr.CostUsd, time.Duration(tr.TtftNs), tr.Truncated
+			out.Usage = route.Usage{PromptTokens: int(tr.PromptTokens), CompletionTokens: int(tr.CompletionTokens)}
+			out.UsageCounted = tr.UsageCounted
+			if err := sink.Flush(); err != nil {
+				out.ClientGone = true
+			}
+			return out
+		}
+	}
+}
+
+// refusal reads the rest of a far node's refusal: its error document (at
+// most 64 KiB) and the trailer with the error's code.
+func refusal(st grpc.ServerStreamingClient[pb.ForwardReply], head *pb.Head) route.Forwarded {
+	out := route.Forwarded{Status: int(head.Status), Header: http.Header{}}
+	for k, v := range head.Headers {
+		out.Header[k] = []string{v}
+	}
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			return out
+		}
+		switch p := msg.Part.(type) {
+		case *pb.ForwardReply_Data:
+			if len(out.Body)+len(p.Data) <= 64<<10 {
+				out.Body = append(out.Body, p.Data...)
+			}
+		case *pb.ForwardReply_Trailer:
+			out.Code = p.Trailer.ErrorCode
+			return out
+		}
+	}
+}
+
+// meshMember returns the member called name as gossip knows it.
+func (n *Node) meshMember(name string) (gossip.Member, bool) {
+	if n.mesh == nil {
+		return gossip.Member{}, false
+	}
+	for _, m := range n.mesh.Members() {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return gossip.Member{}, false
+}
+
+// meshView is route.MeshView over gossip: the via node for a region is
+// chosen among its alive, non-draining members that take forwards, by RTT
+// and load (region.Nearest). The candidates are gathered at most every
+// viaRefresh, not per request.
+type meshView struct {
+	n     *Node
+	mu    sync.Mutex
+	at    time.Time
+	cands atomic.Pointer[map[string][]region.Candidate]
+}
+
+const viaRefresh = 250 * time.Millisecond
+
+var _ route.MeshView = (*meshView)(nil)
+
+// Via implements route.MeshView.
+func (v *meshView) Via(regionName string) (string, time.Duration, bool) {
+	m := v.candidates()
+	cs := m[regionName]
+	i := region.Nearest(cs)
+	if i < 0 {
+		return "", 0, false
+	}
+	return cs[i].Name, cs[i].RTT, true
+}
+
+func (v *meshView) candidates() map[string][]region.Candidate {
+	now := time.Now()
+	if m := v.cands.Load(); m != nil && v.mu.TryLock() {
+		defer v.mu.Unlock()
+		if now.Sub(v.at) < viaRefresh {
+			return *m
+		}
+	} else if m != nil {
+		return *m // another request is refreshing
+	} else {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+	}
+	v.at = now
+	loads := v.n.mesh.Loads()
+	out := map[string][]region.Candidate{}
+	for _, mem := range v.n.mesh.Members() {
+		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
+			continue
+		}
+		out[mem.Meta.Region] = append(out[mem.Meta.Region], region.Candidate{
+			Name: mem.Name, RTT: mem.RTT, RTTKnown: mem.RTTKnown, Load: int64(loads[mem.Name].InFlight),
+		})
+	}
+	v.cands.Store(&out)
+	return out
+}

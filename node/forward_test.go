@@ -1,0 +1,388 @@
+package node_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+const (
+	euKey = "sk-tenant-eu-0123456789"
+	usKey = "sk-tenant-us-0123456789"
+)
+
+// regionsFixture is three nodes in three regions (eu, us, ap) sharing
+// emulated providers: a GPU cluster in eu and one in ap that only their
+// own region reaches, a global Azure OpenAI in the eu jurisdiction and a
+// global OpenAI in the us jurisdiction.
+type regionsFixture struct {
+	nodes map[string]*node.Node // by region: eu, us, ap
+	urls  map[string]string
+	emus  map[string]*emulator.Emulator
+	// providers are the provider sections every node is given.
+	providers []node.ProviderSection
+}
+
+func regionsUpstreams(gpuEU emulator.Config) []upstream {
+	return []upstream{
+		{name: "gpu-eu", kind: "openai", in: 0.05, out: 0.1, region: "eu-west", reach: "region", juris: []string{"eu"}, emu: gpuEU},
+		{name: "azure-eu", kind: "azure", in: 0.15, out: 0.6, region: "eu-west", reach: "global", juris: []string{"eu"}},
+		{name: "openai-us", kind: "openai", in: 0.15, out: 0.6, region: "us-east", reach: "global", juris: []string{"us"}},
+		{name: "gpu-ap", kind: "openai", in: 0.05, out: 0.1, region: "ap-south", reach: "region", juris: []string{"ap"}},
+	}
+}
+
+func withRegions(c *node.Config) {
+	c.Regions = []node.RegionSection{
+		{Name: "eu-west", Jurisdiction: "eu"}, {Name: "us-east", Jurisdiction: "us"}, {Name: "ap-south", Jurisdiction: "ap"},
+	}
+	c.Tenants = append(c.Tenants,
+		node.TenantSection{Name: "acme-eu", KeySHA256: []string{sha(euKey)}, Residency: "eu"},
+		node.TenantSection{Name: "acme-us", KeySHA256: []string{sha(usKey)}, Residency: "us"})
+}
+
+func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node.Config)) *regionsFixture {
+	t.Helper()
+	base := startNode(t, ups, withRegions)
+	base.node.Kill() // only its emulators and provider sections are wanted
+	f := &regionsFixture{nodes: map[string]*node.Node{}, urls: map[string]string{}, emus: base.emus, providers: base.cfg.Providers}
+	var seed string
+	for _, r := range []struct{ short, name string }{{"eu", "eu-west"}, {"us", "us-east"}, {"ap", "ap-south"}} {
+		cfg := baseConfig()
+		withRegions(cfg)
+		cfg.Node.Name = r.short + "-1"
+		cfg.Node.Region = r.name
+		cfg.Node.Gossip = "127.0.0.1:0"
+		cfg.Node.RPC = "127.0.0.1:0"
+		cfg.Providers = base.cfg.Providers
+		if seed != "" {
+			cfg.Node.Join = []string{seed}
+		}
+		if edit != nil {
+			edit(r.short, cfg)
+		}
+		nd := startConfigured(t, cfg)
+		if seed == "" {
+			seed = nd.Mesh().Addr()
+		}
+		f.nodes[r.short] = nd
+		f.urls[r.short] = "http://" + nd.HTTPAddr()
+	}
+	eventually(t, 30*time.Second, "every node to see the others with their RPC addresses", func() bool {
+		for _, nd := range f.nodes {
+			ok := 0
+			for _, m := range nd.Mesh().Members() {
+				if m.State == "alive" && m.Meta.RPC != "" {
+					ok++
+				}
+			}
+			if ok != 3 || !nd.Ready() {
+				return false
+			}
+		}
+		return true
+	})
+	return f
+}
+
+// startConfigured starts a node with cfg, stopped when the test ends.
+func startConfigured(t testing.TB, cfg *node.Config) *node.Node {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	nd, err := node.New(cfg, node.Options{Logger: logger, Version: "test", Getenv: func(k string) string { return testEnvKeys[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nd.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = nd.Shutdown(ctx)
+	})
+	return nd
+}
+
+func (f *regionsFixture) requests() map[string]int64 {
+	out := map[string]int64{}
+	for name, e := range f.emus {
+		out[name] = e.Stats().Requests
+	}
+	return out
+}
+
+func regionClient(url, key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+// An eu tenant's request arriving at the us node is served by the eu GPU
+// cluster through the eu node; a us tenant at the eu node uses the global
+// us provider directly; with every eu provider down, the eu tenant gets
+// 503 no_compliant_provider and no us or ap provider ever hears of it.
+func TestForwardAcrossRegions(t *testing.T) {
+	f := startRegions(t, regionsUpstreams(emulator.Config{}), nil)
+	ctx := context.Background()
+	before := f.requests()
+
+	// eu tenant at the us node, unstreamed and streamed.
+	eu := regionClient(f.urls["us"], euKey)
+	var hdr *http.Response
+	resp, err := eu.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "gpt-4o-mini", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Bonjour")}, MaxTokens: openai.Int(8),
+	}, option.WithResponseInto(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hdr.Header.Get("X-LLMesh-Node") != "us-1" || hdr.Header.Get("X-LLMesh-Provider") != "gpu-eu" || hdr.Header.Get("X-LLMesh-Via") != "eu-1" {
+		t.Fatalf("headers: node %q provider %q via %q", hdr.Header.Get("X-LLMesh-Node"), hdr.Header.Get("X-LLMesh-Provider"), hdr.Header.Get("X-LLMesh-Via"))
+	}
+	if r := hdr.Header.Get("X-LLMesh-Route"); !strings.Contains(r, "via eu-1") || !strings.Contains(r, "at eu-1:") {
+		t.Fatalf("route %q", r)
+	}
+	if resp.Usage.CompletionTokens != 8 || resp.Choices[0].Message.Content == "" {
+		t.Fatalf("answer %+v", resp)
+	}
+	stream := eu.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: "gpt-4o-mini", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Bonjour")}, MaxTokens: openai.Int(16),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}, option.WithResponseInto(&hdr))
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+		chunks++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if hdr.Header.Get("X-LLMesh-Via") != "eu-1" || acc.Usage.CompletionTokens != 16 || chunks < 16 {
+		t.Fatalf("stream via %q: %d chunks, usage %+v", hdr.Header.Get("X-LLMesh-Via"), chunks, acc.Usage)
+	}
+	after := f.requests()
+	if after["gpu-eu"]-before["gpu-eu"] != 2 {
+		t.Fatalf("gpu-eu got %d requests, want 2", after["gpu-eu"]-before["gpu-eu"])
+	}
+	for _, p := range []string{"azure-eu", "openai-us", "gpu-ap"} {
+		if after[p] != before[p] {
+			t.Fatalf("%s got the eu tenant's request", p)
+		}
+	}
+
+	// us tenant at the eu node: the global us provider, called directly.
+	us := regionClient(f.urls["eu"], usKey)
+	if _, err := us.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "gpt-4o-mini", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(4),
+	}, option.WithResponseInto(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	if hdr.Header.Get("X-LLMesh-Provider") != "openai-us" || hdr.Header.Get("X-LLMesh-Via") != "eu-1" || hdr.Header.Get("X-LLMesh-Node") != "eu-1" {
+		t.Fatalf("us tenant at eu: provider %q via %q", hdr.Header.Get("X-LLMesh-Provider"), hdr.Header.Get("X-LLMesh-Via"))
+	}
+
+	// Every eu provider goes down. Until the nodes have ejected them the
+	// eu tenant sees their failures (502); then no_compliant_provider
+	// (503). Never an answer from elsewhere.
+	for _, p := range []string{"gpu-eu", "azure-eu"} {
+		if err := f.emus[p].Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = f.requests()
+	var last string
+	eventually(t, 20*time.Second, "the eu tenant to get no_compliant_provider", func() bool {
+		resp := postAs(t, f.urls["us"], euKey, hello)
+		body := readAll(t, resp.Body)
+		switch {
+		case resp.StatusCode == 503 && strings.Contains(body, `"no_compliant_provider"`):
+			return true
+		case resp.StatusCode != 502 && resp.StatusCode != 503:
+			t.Fatalf("eu tenant with eu providers down: %d %s", resp.StatusCode, body)
+		}
+		last = body
+		return false
+	})
+	t.Logf("before the ejections: %s", strings.TrimSpace(last))
+	after = f.requests()
+	for _, p := range []string{"openai-us", "gpu-ap"} {
+		if after[p] != before[p] {
+			t.Fatalf("%s received %d of the eu tenant's requests", p, after[p]-before[p])
+		}
+	}
+}
+
+func postAs(t *testing.T, url, key, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// A client that disconnects mid-stream stops the upstream stream on the
+// far node: the GPU cluster sees its request end within the bound.
+func TestForwardCancelReachesFarProvider(t *testing.T) {
+	slow := emulator.DefaultConfig()
+	slow.Name, slow.TPS, slow.TTFT = "gpu-eu", 20, 10*time.Millisecond
+	f := startRegions(t, regionsUpstreams(slow), nil)
+	gpu := f.emus["gpu-eu"]
+	const bound = time.Second
+	var took []time.Duration
+	for range 5 {
+		req, _ := http.NewRequest(http.MethodPost, f.urls["us"]+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"max_tokens":2000,"messages":[{"role":"user","content":"tell me a long story"}]}`))
+		req.Header.Set("Authorization", "Bearer "+euKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Get("X-LLMesh-Via") != "eu-1" {
+			t.Fatalf("via %q", resp.Header.Get("X-LLMesh-Via"))
+		}
+		rd := bufio.NewReader(resp.Body)
+		for range 3 { // a few events, then the client goes
+			if _, err := rd.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if gpu.Stats().InFlight != 1 {
+			t.Fatalf("gpu-eu has %d in flight", gpu.Stats().InFlight)
+		}
+		resp.Body.Close()
+		took = append(took, eventually(t, 10*time.Second, "the far provider's stream to end", func() bool {
+			return gpu.Stats().InFlight == 0
+		}))
+	}
+	slices.Sort(took)
+	t.Logf("client gone -> far upstream stream closed: median %v, max %v (bound %v)", took[len(took)/2], took[len(took)-1], bound)
+	if took[len(took)/2] > bound {
+		t.Fatalf("median %v over the bound %v", took[len(took)/2], bound)
+	}
+	if s := gpu.Stats(); s.StreamsCompleted != 0 {
+		t.Fatalf("%d streams ran to completion", s.StreamsCompleted)
+	}
+}
+
+// The receiving node never trusts the sender's view of the tenant: here
+// the us node's configuration wrongly lets the eu tenant go anywhere and
+// forwards it to the ap node for the ap GPU cluster; the ap node, which
+// knows the tenant is eu, refuses, and the request fails over to the eu
+// cluster through the eu node.
+func TestForwardReceiverRechecksResidency(t *testing.T) {
+	ups := []upstream{
+		{name: "gpu-ap", kind: "openai", in: 0.05, out: 0.1, region: "ap-south", reach: "region", juris: []string{"ap"}, models: []string{"llama"}, priority: -1},
+		{name: "gpu-eu", kind: "openai", in: 0.05, out: 0.1, region: "eu-west", reach: "region", juris: []string{"eu"}, models: []string{"llama"}},
+	}
+	f := startRegions(t, ups, func(region string, c *node.Config) {
+		if region == "us" {
+			for i := range c.Tenants {
+				if c.Tenants[i].Name == "acme-eu" {
+					c.Tenants[i].Residency = ""
+				}
+			}
+		}
+	})
+	resp := postAs(t, f.urls["us"], euKey, `{"model":"llama","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`)
+	body := readAll(t, resp.Body)
+	route := resp.Header.Get("X-LLMesh-Route")
+	t.Logf("%d from %s via %s; route: %s", resp.StatusCode, resp.Header.Get("X-LLMesh-Provider"), resp.Header.Get("X-LLMesh-Via"), route)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Provider") != "gpu-eu" || resp.Header.Get("X-LLMesh-Via") != "eu-1" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(route, "failed over from gpu-ap via ap-1 (503)") {
+		t.Fatalf("route %q does not show the ap node's refusal", route)
+	}
+	if n := f.emus["gpu-ap"].Stats().Requests; n != 0 {
+		t.Fatalf("the ap GPU cluster got %d requests of an eu tenant", n)
+	}
+}
+
+// writeCerts writes a CA and certificates for names into a directory and
+// returns each node's TLS section.
+func writeCerts(t *testing.T, names ...string) map[string]*node.TLSSection {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := node.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.Cert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*node.TLSSection{}
+	for _, n := range names {
+		p, err := node.NewNodeCert(ca, n, nil, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec := &node.TLSSection{CAFile: caFile, CertFile: filepath.Join(dir, n+".pem"), KeyFile: filepath.Join(dir, n+"-key.pem")}
+		if err := os.WriteFile(sec.CertFile, p.Cert, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sec.KeyFile, p.Key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = sec
+	}
+	return out
+}
+
+// With node.tls, nodes forward to each other over mutual TLS; a node
+// whose certificate another CA signed is in the gossip pool but cannot
+// forward: its requests fail over to what it can call itself.
+func TestForwardOverMutualTLS(t *testing.T) {
+	certs := writeCerts(t, "eu-1", "us-1", "ap-1")
+	f := startRegions(t, regionsUpstreams(emulator.Config{}), func(region string, c *node.Config) {
+		c.Node.TLS = certs[region+"-1"]
+	})
+	resp := postAs(t, f.urls["us"], euKey, hello)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Via") != "eu-1" || resp.Header.Get("X-LLMesh-Provider") != "gpu-eu" {
+		t.Fatalf("over TLS: %d via %q from %q", resp.StatusCode, resp.Header.Get("X-LLMesh-Via"), resp.Header.Get("X-LLMesh-Provider"))
+	}
+
+	rogueCert := writeCerts(t, "us-2")["us-2"] // a CA of its own
+	cfg := baseConfig()
+	withRegions(cfg)
+	cfg.Node.Name, cfg.Node.Region = "us-2", "us-east"
+	cfg.Node.Gossip, cfg.Node.RPC = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Node.Join = []string{f.nodes["eu"].Mesh().Addr()}
+	cfg.Node.TLS = rogueCert
+	cfg.Providers = f.providers
+	rogue := startConfigured(t, cfg)
+	eventually(t, 20*time.Second, "the rogue node to join the gossip pool", func() bool { return rogue.Ready() })
+	gpuBefore := f.emus["gpu-eu"].Stats().Requests
+	resp = postAs(t, "http://"+rogue.HTTPAddr(), euKey, hello)
+	route := resp.Header.Get("X-LLMesh-Route")
+	t.Logf("at the rogue node: %d from %s; %s", resp.StatusCode, resp.Header.Get("X-LLMesh-Provider"), route)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Provider") != "azure-eu" || !strings.Contains(route, "failed over from gpu-eu via eu-1") {
+		t.Fatalf("rogue: %d from %q, route %q", resp.StatusCode, resp.Header.Get("X-LLMesh-Provider"), route)
+	}
+	if f.emus["gpu-eu"].Stats().Requests != gpuBefore {
+		t.Fatal("a node without a valid certificate had the eu GPU cluster called")
+	}
+}

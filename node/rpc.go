@@ -1,0 +1,83 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/llmesh/llmesh/consensus"
+	pb "github.com/llmesh/llmesh/proto"
+)
+
+// Keepalives between nodes: a peer that vanishes without closing its
+// connections (a cut network, a frozen host) is found within about
+// rpcKeepalive + rpcKeepaliveTimeout, and the streams it held end.
+const (
+	rpcKeepalive        = 15 * time.Second
+	rpcKeepaliveTimeout = 10 * time.Second
+)
+
+// listenRPC opens the gRPC server peers reach this node on: the ledger
+// service when the node has a part in the ledger, and the mesh service
+// (forwarding) always. Calls must carry the mesh's token when it has one,
+// and a certificate of the mesh's CA when node.tls is set.
+func (n *Node) listenRPC(ctx context.Context) error {
+	addr := n.s.rpcAddr
+	if addr == "" {
+		return nil
+	}
+	if host, _, _ := net.SplitHostPort(addr); n.s.rpcToken == "" && n.s.tls == nil && !isLoopback(host) {
+		n.log.Warn("node.rpc is reachable beyond this host and unauthenticated: set node.tls, or node.gossip_key_env or node.gossip_key_file (peers then authenticate with a token derived from it)")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("node.rpc: %w", err)
+	}
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(consensus.Authenticate(n.s.rpcToken)),
+		grpc.ChainStreamInterceptor(consensus.AuthenticateStream(n.s.rpcToken)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: rpcKeepalive / 2, PermitWithoutStream: true}),
+	}
+	if n.s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.s.tls.server)))
+	}
+	n.rpcLn = ln
+	n.grpc = grpc.NewServer(opts...)
+	if n.ledger != nil {
+		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.client))
+	}
+	pb.RegisterMeshServer(n.grpc, &meshService{n: n})
+	go func() { _ = n.grpc.Serve(ln) }()
+	return nil
+}
+
+// rpcAddr returns the gRPC listener's address, or "".
+func (n *Node) rpcAddr() string {
+	if n.rpcLn == nil {
+		return ""
+	}
+	return n.rpcLn.Addr().String()
+}
+
+// stopRPC lets forwarded requests in flight finish until ctx ends, then
+// cuts the rest.
+func (n *Node) stopRPC(ctx context.Context) {
+	if n.grpc == nil {
+		return
+	}
+	stopped := make(chan struct{})
+	go func() { n.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		n.grpc.Stop()
+		<-stopped
+	}
+}

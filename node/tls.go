@@ -1,0 +1,183 @@
+package node
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"time"
+)
+
+// MeshServerName is the name every node certificate carries and every node
+// checks when it dials a peer: a node proves it belongs to the mesh (its
+// certificate is signed by the mesh's CA), not that it has some address,
+// so nodes can move and sit behind NAT.
+const MeshServerName = "llmesh"
+
+// meshTLS holds a node's TLS settings for connections between nodes: the
+// same certificate serves and dials, and both sides require the other's to
+// be signed by the mesh's CA.
+type meshTLS struct {
+	server, client *tls.Config
+}
+
+// loadTLS reads a node's certificate, key and CA from the files sec names.
+func loadTLS(sec *TLSSection, readFile func(string) ([]byte, error)) (*meshTLS, error) {
+	read := func(field, path string) ([]byte, error) {
+		if path == "" {
+			return nil, fmt.Errorf("%s is required", field)
+		}
+		b, err := readFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		return b, nil
+	}
+	caPEM, err := read("ca_file", sec.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, err := read("cert_file", sec.CertFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := read("key_file", sec.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("ca_file %s holds no PEM certificate", sec.CAFile)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("cert_file and key_file: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("cert_file: %w", err)
+	}
+	// A certificate the peers would refuse fails here, at start, rather
+	// than in every handshake.
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: pool, DNSName: MeshServerName,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, fmt.Errorf("cert_file is not a node certificate of this CA for %q: %w", MeshServerName, err)
+	}
+	return &meshTLS{
+		server: &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			ClientCAs:    pool,
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			MinVersion:   tls.VersionTLS13,
+		},
+		client: &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			RootCAs:      pool,
+			ServerName:   MeshServerName,
+			MinVersion:   tls.VersionTLS13,
+		},
+	}, nil
+}
+
+// PEMPair is a certificate and its private key, PEM-encoded.
+type PEMPair struct {
+	Cert, Key []byte
+}
+
+// NewCA returns a development CA for a mesh, valid for ten years.
+func NewCA(now time.Time) (PEMPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return PEMPair{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "llmesh development CA", Organization: []string{"llmesh"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return PEMPair{}, err
+	}
+	return encodePair(der, key)
+}
+
+// NewNodeCert issues a certificate for node name signed by ca, valid for a
+// year, for both ends of a connection. It names MeshServerName and
+// NAME.llmesh, and the given IP addresses.
+func NewNodeCert(ca PEMPair, name string, ips []net.IP, now time.Time) (PEMPair, error) {
+	caCert, caKey, err := parsePair(ca)
+	if err != nil {
+		return PEMPair{}, fmt.Errorf("the CA: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return PEMPair{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"llmesh"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(1, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{MeshServerName, name + "." + MeshServerName},
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return PEMPair{}, err
+	}
+	return encodePair(der, key)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+func encodePair(der []byte, key *ecdsa.PrivateKey) (PEMPair, error) {
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return PEMPair{}, err
+	}
+	return PEMPair{
+		Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}),
+	}, nil
+}
+
+func parsePair(p PEMPair) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	cb, _ := pem.Decode(p.Cert)
+	kb, _ := pem.Decode(p.Key)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok || !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, nil, errors.New("the key does not match the certificate")
+	}
+	return cert, key, nil
+}
