@@ -103,9 +103,9 @@ type ModelSection struct {
 // TenantSection is one tenant: who may call, where its data may go and
 // what it may spend.
 type TenantSection struct {
-	Name      string         `yaml:"name"`
-	KeySHA256 []string       `yaml:"key_sha256"` // hex SHA-256 of each API key
-	Residency string         `yaml:"residency"`  // optional jurisdiction
+	Name      string   `yaml:"name"`
+	KeySHA256 []string `yaml:"key_sha256"` // hex SHA-256 of each API key
+	Residency string   `yaml:"residency"`  // optional jurisdiction
 	// StrictTransit keeps the tenant's requests on nodes of its
 	// residency's jurisdiction too, not only its providers.
 	StrictTransit bool           `yaml:"strict_transit"`

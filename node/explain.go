@@ -14,21 +14,21 @@ import (
 // and why every provider serving the model was kept or dropped. Nothing is
 // sent, reserved or remembered.
 type Explanation struct {
-	Node          string         `json:"node"`
-	Tenant        string         `json:"tenant,omitempty"`
-	Model         string         `json:"model"`
-	Group         string         `json:"group,omitempty"`
-	GroupChoice   string         `json:"group_choice,omitempty"`
-	Residency     string         `json:"residency"`
-	StrictTransit bool           `json:"strict_transit,omitempty"`
-	Session       string         `json:"session,omitempty"`
-	Policy        string         `json:"policy,omitempty"`
-	PromptTokens  int            `json:"prompt_tokens_estimate"`
-	OutputTokens  int            `json:"max_output_tokens"`
-	Targets       []TargetView   `json:"targets"`
-	Dropped       []DroppedView  `json:"dropped"`
-	Route         string         `json:"route,omitempty"` // X-LLMesh-Route if the first target answers
-	Error         *ExplainError  `json:"error,omitempty"` // what the request would get instead
+	Node          string        `json:"node"`
+	Tenant        string        `json:"tenant,omitempty"`
+	Model         string        `json:"model"`
+	Group         string        `json:"group,omitempty"`
+	GroupChoice   string        `json:"group_choice,omitempty"`
+	Residency     string        `json:"residency"`
+	StrictTransit bool          `json:"strict_transit,omitempty"`
+	Session       string        `json:"session,omitempty"`
+	Policy        string        `json:"policy,omitempty"`
+	PromptTokens  int           `json:"prompt_tokens_estimate"`
+	OutputTokens  int           `json:"max_output_tokens"`
+	Targets       []TargetView  `json:"targets"`
+	Dropped       []DroppedView `json:"dropped"`
+	Route         string        `json:"route,omitempty"` // X-LLMesh-Route if the first target answers
+	Error         *ExplainError `json:"error,omitempty"` // what the request would get instead
 }
 
 // TargetView is one target of a plan.

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"

@@ -62,7 +62,7 @@ type Node struct {
 	grpc     *grpc.Server // nil without node.rpc
 	rpcLn    net.Listener
 	forward  *forwarder
-	ledger   *ledger      // nil when the node has no part in the ledger
+	ledger   *ledger // nil when the node has no part in the ledger
 	inFlight atomic.Int64
 	probes   *prober
 
