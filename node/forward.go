@@ -211,6 +211,7 @@ func (s *streamSink) finish(tr *pb.Trailer) error {
 // node, with one connection per peer.
 type forwarder struct {
 	n    *Node
+	view *meshView
 	auth consensus.PeerAuth
 
 	mu    sync.Mutex
@@ -219,12 +220,12 @@ type forwarder struct {
 
 var _ route.Forwarder = (*forwarder)(nil)
 
-func newForwarder(n *Node) *forwarder {
+func newForwarder(n *Node, view *meshView) *forwarder {
 	auth := consensus.PeerAuth{Token: n.s.rpcToken}
 	if n.s.tls != nil {
 		auth.TLS = n.s.tls.client
 	}
-	return &forwarder{n: n, auth: auth, conns: map[string]*grpc.ClientConn{}}
+	return &forwarder{n: n, view: view, auth: auth, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
@@ -270,7 +271,7 @@ func (f *forwarder) close() {
 // have learned otherwise since.
 func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Target, routeNote string, sink route.ResponseSink) route.Forwarded {
 	n := f.n
-	mem, ok := n.meshMember(t.Via)
+	mem, ok := f.view.member(t.Via)
 	switch {
 	case !ok || mem.State != "alive":
 		return route.Forwarded{Err: fmt.Errorf("node %s is not alive", t.Via)}
@@ -403,28 +404,20 @@ func refusal(st grpc.ServerStreamingClient[pb.ForwardReply], head *pb.Head) rout
 	}
 }
 
-// meshMember returns the member called name as gossip knows it.
-func (n *Node) meshMember(name string) (gossip.Member, bool) {
-	if n.mesh == nil {
-		return gossip.Member{}, false
-	}
-	for _, m := range n.mesh.Members() {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return gossip.Member{}, false
-}
-
 // meshView is route.MeshView over gossip: the via node for a region is
 // chosen among its alive, non-draining members that take forwards, by RTT
-// and load (region.Nearest). The candidates are gathered at most every
+// and load (region.Nearest). What gossip knows is gathered at most every
 // viaRefresh, not per request.
 type meshView struct {
-	n     *Node
-	mu    sync.Mutex
-	at    time.Time
-	cands atomic.Pointer[map[string][]region.Candidate]
+	n    *Node
+	mu   sync.Mutex
+	at   time.Time
+	snap atomic.Pointer[meshSnapshot]
+}
+
+type meshSnapshot struct {
+	byRegion map[string][]region.Candidate
+	byName   map[string]gossip.Member
 }
 
 const viaRefresh = 250 * time.Millisecond
@@ -433,8 +426,7 @@ var _ route.MeshView = (*meshView)(nil)
 
 // Via implements route.MeshView.
 func (v *meshView) Via(regionName string) (string, time.Duration, bool) {
-	m := v.candidates()
-	cs := m[regionName]
+	cs := v.snapshot().byRegion[regionName]
 	i := region.Nearest(cs)
 	if i < 0 {
 		return "", 0, false
@@ -442,30 +434,38 @@ func (v *meshView) Via(regionName string) (string, time.Duration, bool) {
 	return cs[i].Name, cs[i].RTT, true
 }
 
-func (v *meshView) candidates() map[string][]region.Candidate {
+// member returns the member called name as gossip knew it lately.
+func (v *meshView) member(name string) (gossip.Member, bool) {
+	m, ok := v.snapshot().byName[name]
+	return m, ok
+}
+
+func (v *meshView) snapshot() *meshSnapshot {
 	now := time.Now()
-	if m := v.cands.Load(); m != nil && v.mu.TryLock() {
+	if m := v.snap.Load(); m != nil {
+		if !v.mu.TryLock() {
+			return m // another request is refreshing it
+		}
 		defer v.mu.Unlock()
 		if now.Sub(v.at) < viaRefresh {
-			return *m
+			return m
 		}
-	} else if m != nil {
-		return *m // another request is refreshing
 	} else {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 	}
 	v.at = now
 	loads := v.n.mesh.Loads()
-	out := map[string][]region.Candidate{}
+	out := &meshSnapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}}
 	for _, mem := range v.n.mesh.Members() {
+		out.byName[mem.Name] = mem
 		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
 			continue
 		}
-		out[mem.Meta.Region] = append(out[mem.Meta.Region], region.Candidate{
+		out.byRegion[mem.Meta.Region] = append(out.byRegion[mem.Meta.Region], region.Candidate{
 			Name: mem.Name, RTT: mem.RTT, RTTKnown: mem.RTTKnown, Load: int64(loads[mem.Name].InFlight),
 		})
 	}
-	v.cands.Store(&out)
+	v.snap.Store(out)
 	return out
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -273,9 +274,14 @@ func TestForwardCancelReachesFarProvider(t *testing.T) {
 			t.Fatalf("gpu-eu has %d in flight", gpu.Stats().InFlight)
 		}
 		resp.Body.Close()
-		took = append(took, eventually(t, 10*time.Second, "the far provider's stream to end", func() bool {
-			return gpu.Stats().InFlight == 0
-		}))
+		start := time.Now()
+		for gpu.Stats().InFlight != 0 { // polled every millisecond, for the figure
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("the far provider's stream did not end")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took = append(took, time.Since(start))
 	}
 	slices.Sort(took)
 	t.Logf("client gone -> far upstream stream closed: median %v, max %v (bound %v)", took[len(took)/2], took[len(took)-1], bound)
@@ -384,5 +390,86 @@ func TestForwardOverMutualTLS(t *testing.T) {
 	}
 	if f.emus["gpu-eu"].Stats().Requests != gpuBefore {
 		t.Fatal("a node without a valid certificate had the eu GPU cluster called")
+	}
+}
+
+// Session affinity through a node: a provider with four replicas (four
+// emulators); each session's turns land on one replica, named by
+// X-LLMesh-Replica; when a replica fails, only its sessions move.
+func TestReplicaAffinityThroughNode(t *testing.T) {
+	var emus []*emulator.Emulator
+	var replicas []string
+	for i := range 4 {
+		ec := emulator.DefaultConfig()
+		ec.Name = fmt.Sprintf("replica-%d", i)
+		ec.Latency, ec.TTFT = 0, 0
+		e, err := emulator.New(ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+		emus = append(emus, e)
+		replicas = append(replicas, e.URL())
+	}
+	cfg := baseConfig()
+	cfg.Providers = []node.ProviderSection{{Name: "gpu", Region: "eu-west", Reach: "region", BaseURL: replicas[0], Replicas: replicas,
+		Models: []node.ModelSection{{Name: "llama", InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.1}}}}
+	cfg.Outlier.ConsecutiveFailures = 2
+	nd := startConfigured(t, cfg)
+	url := "http://" + nd.HTTPAddr()
+	const sessions, turns = 100, 3
+	home := map[string]string{}
+	turn := func(s string) string {
+		resp := postTo(t, url, `{"model":"llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, "X-LLMesh-Session", s)
+		if resp.StatusCode != 200 {
+			t.Fatalf("session %s: %d", s, resp.StatusCode)
+		}
+		return resp.Header.Get("X-LLMesh-Replica")
+	}
+	for k := range turns {
+		for i := range sessions {
+			s := fmt.Sprintf("conv-%d", i)
+			r := turn(s)
+			if k == 0 {
+				home[s] = r
+			} else if r != home[s] {
+				t.Fatalf("%s moved from %s to %s on turn %d", s, home[s], r, k)
+			}
+		}
+	}
+	per := map[string]int{}
+	for _, r := range home {
+		per[r]++
+	}
+	t.Logf("sessions per replica: %v", per)
+	if len(per) != 4 {
+		t.Fatalf("sessions on %d replicas", len(per))
+	}
+	// Replica 0 fails: its sessions move (after the failures that eject
+	// it, each failed over within its request), and no other.
+	gone := strings.TrimPrefix(replicas[0], "http://")
+	if err := emus[0].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for i := range sessions {
+		s := fmt.Sprintf("conv-%d", i)
+		r := turn(s)
+		switch {
+		case home[s] == gone && r == gone:
+			t.Fatalf("%s still on the failed replica", s)
+		case home[s] != gone && r != home[s]:
+			t.Fatalf("%s moved from healthy %s to %s", s, home[s], r)
+		}
+		if r != home[s] {
+			moved++
+		}
+	}
+	t.Logf("replica %s failed: %d of %d sessions moved, all of them its own", gone, moved, sessions)
+	if moved != per[gone] {
+		t.Fatalf("moved %d, the failed replica held %d", moved, per[gone])
 	}
 }

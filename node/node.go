@@ -173,8 +173,9 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if n.mesh != nil {
 		// Other regions' region-reach providers are served through a
 		// node of their region.
-		n.planner.Mesh = &meshView{n: n}
-		n.forward = newForwarder(n)
+		view := &meshView{n: n}
+		n.planner.Mesh = view
+		n.forward = newForwarder(n, view)
 		fwd = n.forward
 	}
 	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
