@@ -39,6 +39,10 @@ type ForwardRequest struct {
 	Session       string `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"`   // the affinity key
 	Provider      string `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"` // the provider the origin planned for, tried first if allowed
 	Body          []byte `protobuf:"bytes,8,opt,name=body,proto3" json:"body,omitempty"`         // the client's request body, as sent
+	// handoff marks a request a draining node no longer serves itself: the
+	// receiver plans it as if a client had called it (it may forward it to
+	// a node of another region once more), but never hands it on.
+	Handoff       bool `protobuf:"varint,9,opt,name=handoff,proto3" json:"handoff,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -127,6 +131,13 @@ func (x *ForwardRequest) GetBody() []byte {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *ForwardRequest) GetHandoff() bool {
+	if x != nil {
+		return x.Handoff
+	}
+	return false
 }
 
 type ForwardReply struct {
@@ -388,7 +399,7 @@ var File_mesh_proto protoreflect.FileDescriptor
 const file_mesh_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"mesh.proto\x12\tllmesh.v1\"\xee\x01\n" +
+	"mesh.proto\x12\tllmesh.v1\"\x88\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -398,7 +409,8 @@ const file_mesh_proto_rawDesc = "" +
 	"\x0estrict_transit\x18\x05 \x01(\bR\rstrictTransit\x12\x18\n" +
 	"\asession\x18\x06 \x01(\tR\asession\x12\x1a\n" +
 	"\bprovider\x18\a \x01(\tR\bprovider\x12\x12\n" +
-	"\x04body\x18\b \x01(\fR\x04body\"\x83\x01\n" +
+	"\x04body\x18\b \x01(\fR\x04body\x12\x18\n" +
+	"\ahandoff\x18\t \x01(\bR\ahandoff\"\x83\x01\n" +
 	"\fForwardReply\x12%\n" +
 	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12.\n" +
