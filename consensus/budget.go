@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -381,4 +383,26 @@ func (h *BudgetHolder) Escrow() (leases int, free, inflight Nanos) {
 		inflight += l.inflight
 	}
 	return leases, free, inflight
+}
+
+// HeldLease is one budget lease as its holder sees it.
+type HeldLease struct {
+	Tenant   string    `json:"tenant"`
+	Period   string    `json:"period"`
+	Granted  Nanos     `json:"granted"`  // escrow granted
+	Spent    Nanos     `json:"spent"`    // spent against it so far
+	Inflight Nanos     `json:"inflight"` // reserved by attempts under way
+	Expires  time.Time `json:"expires"`
+}
+
+// Leases returns the budget leases this node holds, by tenant.
+func (h *BudgetHolder) Leases() []HeldLease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []HeldLease
+	for _, l := range h.leaseList() {
+		out = append(out, HeldLease{Tenant: l.tenant, Period: l.period, Granted: l.granted, Spent: l.spent, Inflight: l.inflight, Expires: l.expires})
+	}
+	slices.SortFunc(out, func(a, b HeldLease) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
 }

@@ -178,15 +178,19 @@ func (h *RateHolder) RateLimited(provider string) {
 
 // Run renews the shares until ctx ends: at once, then as the leader asks.
 func (h *RateHolder) Run(ctx context.Context) {
-	if len(h.caps) == 0 {
-		return
-	}
 	wait := time.Duration(0)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		}
+		h.mu.Lock()
+		limited := len(h.caps) > 0
+		h.mu.Unlock()
+		if !limited { // until a reload limits a provider
+			wait = time.Second
+			continue
 		}
 		refresh, err := h.renewOnce(ctx)
 		if err != nil {
@@ -247,6 +251,27 @@ func (h *RateHolder) Ready() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.renewed || len(h.caps) == 0 || h.noVoters()
+}
+
+// SetProviders follows a reload of the providers: shares of providers
+// still limited are kept, new ones start empty (until the next renewal,
+// which comes at once), those no longer limited are dropped.
+func (h *RateHolder) SetProviders(providers []*route.Provider) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	caps := map[string][2]float64{}
+	shares := map[string]*rateShare{}
+	for _, p := range providers {
+		if p.RPM > 0 || p.TPM > 0 {
+			caps[p.Name] = [2]float64{float64(p.RPM), float64(p.TPM)}
+			if s := h.shares[p.Name]; s != nil {
+				shares[p.Name] = s
+			} else {
+				shares[p.Name] = &rateShare{}
+			}
+		}
+	}
+	h.caps, h.shares = caps, shares
 }
 
 // Shares returns each provider's share in force, for operators.

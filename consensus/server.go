@@ -441,8 +441,10 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 const rateMarkEvery = 5 * time.Second
 
 // reconcile adds alive voters the configuration lacks and removes those
-// that left the mesh for good. Failed voters stay: they may come back, and
-// removing them would shrink the quorum under a partition.
+// that left the mesh (drained or left for good; one that comes back is
+// added again). A voter is removed only while the voters that remain keep
+// a quorum of alive ones, never the last. Failed voters stay: they may
+// come back, and removing them would shrink the quorum under a partition.
 func (s *Server) reconcile() {
 	if s.cfg.Membership == nil {
 		return
@@ -455,7 +457,14 @@ func (s *Server) reconcile() {
 	for _, sv := range f.Configuration().Servers {
 		have[string(sv.ID)] = sv
 	}
-	for _, v := range s.cfg.Membership.Voters() {
+	voters := s.cfg.Membership.Voters()
+	alive := map[string]bool{s.cfg.ID: true}
+	for _, v := range voters {
+		if v.State == "alive" {
+			alive[v.ID] = true
+		}
+	}
+	for _, v := range voters {
 		sv, in := have[v.ID]
 		switch {
 		case v.State == "alive" && v.RaftAddr != "" && (!in || string(sv.Address) != v.RaftAddr):
@@ -465,13 +474,37 @@ func (s *Server) reconcile() {
 				s.log.Info("voter added", "voter", v.ID, "addr", v.RaftAddr)
 			}
 		case v.State == "left" && in && v.ID != s.cfg.ID:
+			if !quorumWithout(have, alive, v.ID) {
+				s.log.Warn("a voter left, but removing it would leave no quorum of alive voters: it stays", "voter", v.ID)
+				continue
+			}
 			if err := s.raft.RemoveServer(raft.ServerID(v.ID), 0, s.cfg.ApplyTimeout).Error(); err != nil {
 				s.log.Warn("could not remove a voter that left", "voter", v.ID, "err", err)
 			} else {
+				delete(have, v.ID)
 				s.log.Info("voter removed", "voter", v.ID)
 			}
 		}
 	}
+}
+
+// quorumWithout reports whether the configuration have, less the voter
+// id, still has a majority of alive voters.
+func quorumWithout(have map[string]raft.Server, alive map[string]bool, id string) bool {
+	total, up := 0, 0
+	for sid, sv := range have {
+		if sid == id || sv.Suffrage != raft.Voter {
+			continue
+		}
+		total++
+		if alive[sid] {
+			up++
+		}
+	}
+	if total == 0 {
+		return false
+	}
+	return up >= total/2+1
 }
 
 // forfeitGone writes off the escrow of nodes gone from the mesh whose

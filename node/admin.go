@@ -143,8 +143,8 @@ func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := []ProviderInfo{}
-	for _, p := range n.catalog.Providers() {
-		h := n.planner.Health.Health(p.Name, now)
+	for _, p := range n.catalog().Providers() {
+		h := n.planner().Health.Health(p.Name, now)
 		info := ProviderInfo{
 			Name: p.Name, Kind: string(p.Kind), Region: p.Region, Reach: string(p.Reach), Jurisdictions: p.Jurisdictions.String(),
 			View:      ProviderView{Ejected: h.Ejected, Degraded: h.Degraded, TTFTMillis: ms(h.TTFT), LatencyMillis: ms(h.Latency), ErrorRate: h.ErrorRate},

@@ -52,6 +52,20 @@ type NodeSection struct {
 	// TLS, when set, makes every connection between nodes (gRPC and the
 	// Raft transport) mutual TLS with certificates from these files.
 	TLS *TLSSection `yaml:"tls"`
+	// Drain bounds a graceful stop (llmesh drain, leave, SIGTERM).
+	Drain DrainSection `yaml:"drain"`
+}
+
+// DrainSection says how a node stops taking traffic.
+type DrainSection struct {
+	// Grace is how long a draining node keeps accepting connections,
+	// handing new requests to peers, after it announced it drains and
+	// /readyz turned 503: load balancers and clients polling readiness
+	// move away meanwhile. Default 5s.
+	Grace Duration `yaml:"grace"`
+	// Timeout bounds the whole drain: requests and streams in flight
+	// that have not finished by then are cut. Default 30s.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // TLSSection names the PEM files of a node's certificate, its key and the

@@ -107,7 +107,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 		Node: n.s.name, Tenant: req.Tenant, Model: chat.Model, Residency: req.Residency.String(),
 		StrictTransit: req.StrictTransit, Session: req.Session, Targets: []TargetView{}, Dropped: []DroppedView{},
 	}
-	plan, err := n.planner.Plan(req, n.now())
+	plan, err := n.planner().Plan(req, n.now())
 	if err != nil {
 		status, e := classify(err)
 		out.Error = &ExplainError{Status: status, Code: e.Code, Message: e.Message}

@@ -56,7 +56,10 @@ func sha(key string) string {
 
 func baseConfig() *node.Config {
 	return &node.Config{
-		Node: node.NodeSection{Name: "test-1", Region: "eu-west", DataDir: "/nonexistent", HTTP: "127.0.0.1:0"},
+		// A drain's grace is for clients to move away; tests that drain
+		// set their own.
+		Node: node.NodeSection{Name: "test-1", Region: "eu-west", DataDir: "/nonexistent", HTTP: "127.0.0.1:0",
+			Drain: node.DrainSection{Grace: node.Duration(time.Millisecond)}},
 		Regions: []node.RegionSection{
 			{Name: "eu-west", Jurisdiction: "eu"},
 			{Name: "us-east", Jurisdiction: "us"},

@@ -74,7 +74,8 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		_, e := classify(err)
 		return sink.finish(&pb.Trailer{ErrorCode: e.Code})
 	}
-	if !n.ready.Load() {
+	if !n.ready.Load() || (in.Handoff && n.draining.Load()) {
+		// The sender tries another node.
 		return refuse(fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.name))
 	}
 	t, ok := n.tenants.named(in.Tenant)
@@ -91,19 +92,26 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		}
 		residency = r
 	}
+	strict = strict || in.StrictTransit
+	if strict && residency.Restricted() && !n.memberIn(in.Origin, residency.Jurisdiction) {
+		// The data already passed through a node outside its
+		// jurisdiction, or one this node cannot place: not through here.
+		return refuse(fmt.Errorf("%w: node %s: strict transit: the sending node %s is not in jurisdiction %s",
+			route.ErrNoCompliantProvider, n.s.name, in.Origin, residency.Jurisdiction))
+	}
 	chat, err := route.ParseChatRequest(in.Body)
 	if err != nil {
 		return refuse(err)
 	}
 	streaming = chat.Stream
-	if n.catalog.Serves(chat.Model) {
+	if n.catalog().Serves(chat.Model) {
 		model = chat.Model
 	}
 	req := &route.Request{
-		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict || in.StrictTransit,
-		Session: in.Session, Forwarded: true, Hint: in.Provider, ID: in.RequestId,
+		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
+		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
 	}
-	plan, err := n.planner.Plan(req, start)
+	plan, err := n.planner().Plan(req, start)
 	if err != nil {
 		return refuse(err)
 	}
@@ -120,6 +128,20 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		Provider: res.Provider, PromptTokens: int64(res.Usage.PromptTokens), CompletionTokens: int64(res.Usage.CompletionTokens),
 		UsageCounted: res.UsageCounted, CostUsd: res.Cost, TtftNs: int64(res.TTFT), Truncated: res.Truncated,
 	})
+}
+
+// memberIn reports whether gossip places the node called name in a
+// region of jurisdiction j.
+func (n *Node) memberIn(name string, j region.Jurisdiction) bool {
+	if n.forward == nil {
+		return false
+	}
+	m, ok := n.forward.view.member(name)
+	if !ok {
+		return false
+	}
+	reg, ok := n.s.regions.Lookup(m.Meta.Region)
+	return ok && reg.Jurisdiction == j
 }
 
 // policyOf returns where a tenant's data may go: the ledger's view once
@@ -248,7 +270,7 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	opts := append(f.auth.DialOptions(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout, PermitWithoutStream: true,
-	}))
+	}), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(int(f.n.s.maxBodyBytes)+64<<10)))
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
@@ -280,7 +302,19 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	case mem.Meta.RPC == "":
 		return route.Forwarded{Err: fmt.Errorf("node %s takes no forwards (no node.rpc)", t.Via)}
 	}
-	cc, err := f.conn(mem.Meta.RPC)
+	return f.hop(ctx, mem.Meta.RPC, t.Via, &pb.ForwardRequest{
+		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
+		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
+	}, req.Chat.Stream, routeNote, sink)
+}
+
+// hop calls peer's Mesh.Forward at addr with in and relays the answer to
+// sink: the head's headers (X-LLMesh-Route prefixed with routeNote), then
+// the data as it arrives. Before the head it gives up after the phase's
+// timeout plus hopSlack; after it, after the idle timeout plus hopSlack.
+func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRequest, stream bool, routeNote string, sink route.ResponseSink) route.Forwarded {
+	n := f.n
+	cc, err := f.conn(addr)
 	if err != nil {
 		return route.Forwarded{Err: err}
 	}
@@ -290,8 +324,14 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	var timedOut atomic.Bool
 	cfg := n.s.executor
 	wait := cfg.ResponseTimeout
-	if req.Chat.Stream {
+	if stream {
 		wait = cfg.FirstByteTimeout
+	}
+	// The far node may fail over between its own targets before it
+	// answers, each attempt with the phase's timeout.
+	wait *= time.Duration(max(cfg.MaxAttempts, 1))
+	if in.Handoff {
+		wait += hopSlack // the peer may forward it once more
 	}
 	timer := time.AfterFunc(wait+hopSlack, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
@@ -301,11 +341,7 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 		}
 		return route.Forwarded{Err: err, Timeout: timedOut.Load()}
 	}
-	res, cons := req.Residency, req.StrictTransit
-	st, err := pb.NewMeshClient(cc).Forward(cctx, &pb.ForwardRequest{
-		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(res.Jurisdiction), StrictTransit: cons,
-		Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
-	})
+	st, err := pb.NewMeshClient(cc).Forward(cctx, in)
 	if err != nil {
 		return hopErr(err)
 	}
@@ -315,7 +351,7 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	}
 	head := msg.GetHead()
 	if head == nil {
-		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", t.Via)}
+		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", peer)}
 	}
 	if head.Status != http.StatusOK {
 		return refusal(st, head)
@@ -326,14 +362,20 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 			h[k] = []string{v}
 		}
 	}
-	h["X-Llmesh-Route"] = []string{routeNote + "; at " + t.Via + ": " + head.Headers["X-Llmesh-Route"]}
+	h["X-Llmesh-Route"] = []string{routeNote + "; at " + peer + ": " + head.Headers["X-Llmesh-Route"]}
 	sink.WriteHeader(http.StatusOK)
 	out := route.Forwarded{Committed: true, Header: h}
+	// From here the far node bounds the answer itself: its idle timeout
+	// ends a silent stream with a trailer (an upstream's keep-alive
+	// comments, which it does not relay, reset it), and gRPC keepalive
+	// finds a far node that died. A non-streamed answer still has the
+	// whole-response bound.
 	idle := cfg.ResponseTimeout
-	if req.Chat.Stream {
-		idle = cfg.StreamIdleTimeout
+	if stream {
+		timer.Stop()
+	} else {
+		timer.Reset(idle + hopSlack)
 	}
-	timer.Reset(idle + hopSlack)
 	for {
 		msg, err := st.Recv()
 		if err != nil {
@@ -345,10 +387,10 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 			// provider's broken stream would tell it.
 			out.Truncated, out.Err = true, hopErr(err).Err
 			if errors.Is(err, io.EOF) {
-				out.Err = fmt.Errorf("node %s ended the answer without its trailer", t.Via)
+				out.Err = fmt.Errorf("node %s ended the answer without its trailer", peer)
 			}
-			if req.Chat.Stream {
-				msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s, which called the provider, stopped answering", t.Via))
+			if stream {
+				msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s stopped answering", peer))
 				_, _ = sink.Write([]byte(`data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"))
 				_ = sink.Flush()
 			}
@@ -356,12 +398,14 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 		}
 		switch p := msg.Part.(type) {
 		case *pb.ForwardReply_Data:
-			timer.Reset(idle + hopSlack)
+			if !stream {
+				timer.Reset(idle + hopSlack)
+			}
 			if _, err := sink.Write(p.Data); err != nil {
 				out.ClientGone = true
 				return out
 			}
-			if req.Chat.Stream {
+			if stream {
 				if err := sink.Flush(); err != nil {
 					out.ClientGone = true
 					return out
@@ -418,6 +462,7 @@ type meshView struct {
 type meshSnapshot struct {
 	byRegion map[string][]region.Candidate
 	byName   map[string]gossip.Member
+	load     map[string]int64 // requests in flight, by node
 }
 
 const viaRefresh = 250 * time.Millisecond
@@ -456,9 +501,10 @@ func (v *meshView) snapshot() *meshSnapshot {
 	}
 	v.at = now
 	loads := v.n.mesh.Loads()
-	out := &meshSnapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}}
+	out := &meshSnapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}, load: map[string]int64{}}
 	for _, mem := range v.n.mesh.Members() {
 		out.byName[mem.Name] = mem
+		out.load[mem.Name] = int64(loads[mem.Name].InFlight)
 		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
 			continue
 		}

@@ -39,6 +39,9 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/budgets/{tenant}", n.only(http.MethodPut, n.admin(n.setBudget)))
 	mux.HandleFunc("/v1/mesh/budgets/forfeit", n.only(http.MethodPost, n.admin(n.forfeit)))
 	mux.HandleFunc("/v1/mesh/raft/peers", n.only(http.MethodGet, n.admin(n.raftPeers)))
+	mux.HandleFunc("/v1/mesh/status", n.only(http.MethodGet, n.admin(n.status)))
+	mux.HandleFunc("/v1/mesh/drain", n.only(http.MethodPost, n.admin(n.drain)))
+	mux.HandleFunc("/v1/mesh/leave", n.only(http.MethodPost, n.admin(n.drain)))
 	mux.HandleFunc("/v1/route/explain", n.only(http.MethodPost, n.explain))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound)
@@ -85,17 +88,18 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
 	residency, _ := n.policyOf(t)
+	catalog := n.catalog()
 	allowed := func(name string) bool {
-		for _, o := range n.catalog.Offers(name) {
+		for _, o := range catalog.Offers(name) {
 			if residency.Allows(o.Provider.Jurisdictions) {
 				return true
 			}
 		}
 		return false
 	}
-	for _, name := range n.catalog.Names() {
+	for _, name := range catalog.Names() {
 		ok := allowed(name)
-		if g := n.catalog.Group(name); g != nil {
+		if g := catalog.Group(name); g != nil {
 			for _, m := range g.Members {
 				ok = ok || allowed(m)
 			}
@@ -150,7 +154,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream = chat.Stream
-	if n.catalog.Serves(chat.Model) {
+	if n.catalog().Serves(chat.Model) {
 		model = chat.Model
 	}
 	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: requestID(r)}
@@ -170,12 +174,25 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	plan, err := n.planner.Plan(req, start)
+	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
+	if n.draining.Load() {
+		// Clients and load balancers still sending here learn from
+		// Connection: close and /readyz to go elsewhere; this request a
+		// peer serves.
+		w.Header()["Connection"] = []string{"close"}
+		if hres, ok := n.handoff(r.Context(), req, body, sink); ok {
+			res, status = hres, sink.status
+			if res.ClientGone {
+				status = statusClientClosed
+			}
+			return
+		}
+	}
+	plan, err := n.planner().Plan(req, start)
 	if err != nil {
 		status = writeError(w, err)
 		return
 	}
-	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
 	res, err = n.exec.Execute(r.Context(), req, plan, sink)
 	if err != nil {
 		status = writeError(w, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,7 +56,7 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 	if s.voter {
 		cfg := consensus.ServerConfig{
 			ID: s.name, Bind: s.raftAddr, DataDir: s.dataDir, BootstrapExpect: s.bootstrapExpect,
-			Seed: func() []consensus.Command { return seedCommands(s, catalog) }, Membership: membership{n},
+			Seed: func() []consensus.Command { return seedCommands(s, n.catalog()) }, Membership: membership{n},
 			Logger: n.log.With("component", "raft"), Clock: n.now,
 		}
 		if s.tls != nil {
@@ -210,14 +211,76 @@ func (l *ledger) ready() bool {
 	return b != nil && (len(b) == 0 || l.budgets.Ready()) && l.rates.Ready()
 }
 
-// stop reports spend and gives escrow back (the holders' final sync),
-// then stops Raft. The node stops its RPC server first: requests
+// settle reports spend and gives escrow and rate shares back (the
+// holders' final sync). The node stops its RPC server first: requests
 // forwarded here spend until they end.
-func (l *ledger) stop() {
+func (l *ledger) settle() {
 	if l.cancel != nil {
 		l.cancel()
 	}
 	l.loops.Wait()
+}
+
+// handOverLeadership has a leading voter hand leadership to another one
+// before it goes, so that the ledger does not wait an election timeout.
+func (l *ledger) handOverLeadership() {
+	if l.server == nil || !l.server.IsLeader() {
+		return
+	}
+	if err := l.server.TransferLeadership(); err != nil {
+		l.n.log.Warn("could not hand over Raft leadership; the others will elect a leader", "err", err)
+		return
+	}
+	l.n.log.Info("Raft leadership handed over")
+}
+
+// awaitRemoval waits, after the node left gossip, until the leader has
+// removed this voter from the Raft configuration (its reconcile loop does
+// it for a voter that left, while the rest keep a quorum), so that a
+// drained voter does not count against the quorum; at most removeTimeout.
+func (l *ledger) awaitRemoval(ctx context.Context) {
+	if l.server == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, removeTimeout)
+	defer cancel()
+	for {
+		peers, err := l.server.Peers()
+		if err == nil && !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.name }) {
+			l.n.log.Info("removed from the Raft configuration")
+			return
+		}
+		if l.peersElsewhere(ctx) {
+			l.n.log.Info("removed from the Raft configuration")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			l.n.log.Warn("still in the Raft configuration: the leader will remove this voter once it sees it left")
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// peersElsewhere asks the leader whether this voter is still in the
+// configuration: a removed voter's own log may never learn it.
+func (l *ledger) peersElsewhere(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, _, err := l.client.Read(rctx, "peers", true) // served by the leader
+	if err != nil {
+		return false
+	}
+	var peers []consensus.Peer
+	if json.Unmarshal(b, &peers) != nil || len(peers) == 0 {
+		return false
+	}
+	return !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.name })
+}
+
+// close stops Raft and the client.
+func (l *ledger) close() {
 	l.client.Close()
 	if l.server != nil {
 		_ = l.server.Shutdown()

@@ -32,6 +32,7 @@ type metrics struct {
 	raftApply     prometheus.Histogram
 	forwardsIn    prometheus.Counter
 	forwardsOut   prometheus.Counter
+	handoffs      *prometheus.CounterVec
 	// rateLimited, when set, is told of every 429 (the rate holder).
 	rateLimited func(provider string)
 }
@@ -70,6 +71,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmesh_forwards_sent_total",
 			Help: "Requests this node forwarded to a node that can reach their provider.",
 		})).(prometheus.Counter),
+		handoffs: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_handoffs_total",
+			Help: "Requests that reached this node while it drained, by what became of them: ok (a peer served it), refused (a peer's final refusal, relayed), next (a peer could not take it; the next was tried), self (no peer took it; this node served it).",
+		}, []string{"outcome"})).(*prometheus.CounterVec),
 		inFlight: f(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmesh_requests_in_flight",
 			Help: "Chat completion requests being served.",

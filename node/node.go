@@ -49,13 +49,23 @@ type Node struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 	now     func() time.Time
+	version string
+	started time.Time
 
-	catalog *route.Catalog
+	// The configuration as given, and how to read its secrets, for Reload.
+	cfg      *Config
+	getenv   func(string) string
+	readFile func(string) ([]byte, error)
+	reloadMu sync.Mutex
+
+	// rt holds the catalog and the planner over it; a reload replaces both
+	// at once.
+	rt      atomic.Pointer[routing]
 	tracker *route.Tracker
 	// replicas tracks each replica of providers that have several.
 	replicas *route.Tracker
-	planner  *route.Planner
 	exec     *route.Executor
+	quota    route.QuotaGate
 	tenants  *tenantKeys
 
 	mesh     *gossip.Mesh // nil when the node does not gossip
@@ -70,7 +80,10 @@ type Node struct {
 	ln        net.Listener
 	serveDone chan struct{}
 	ready     atomic.Bool
-	stop      chan struct{} // closed by Shutdown: stops the node's loops
+	draining  atomic.Bool            // set when a drain begins; never cleared
+	phase     atomic.Pointer[string] // the drain's phase; nil while serving
+	stop      chan struct{}          // closed by Shutdown: stops the node's loops
+	done      chan struct{}          // closed when the node has stopped
 	loops     sync.WaitGroup
 
 	shutdownOnce sync.Once
@@ -109,10 +122,14 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		reg:       opts.Registry,
 		metrics:   newMetrics(opts.Registry),
 		now:       opts.Clock,
-		catalog:   catalog,
+		version:   opts.Version,
+		cfg:       cfg,
+		getenv:    opts.Getenv,
+		readFile:  opts.ReadFile,
 		tenants:   newTenantKeys(s.tenants),
 		serveDone: make(chan struct{}),
 		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	n.tracker = route.NewTracker(s.health, route.TrackerHooks{
 		OnEject: func(p string) {
@@ -134,7 +151,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		gc.Meta = gossip.Meta{Region: s.region, Jurisdiction: s.jurisdiction, Voter: s.voter, RPC: s.rpcAddr, Build: opts.Version}
 		gc.Logger = n.log.With("component", "gossip")
 		gc.Registerer = opts.Registry
-		gc.KnownProvider = func(name string) bool { return catalog.Provider(name) != nil }
+		gc.KnownProvider = func(name string) bool { return n.catalog().Provider(name) != nil }
 		if opts.GossipTuning != nil {
 			opts.GossipTuning(&gc)
 		}
@@ -165,7 +182,8 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		},
 	})
 	affinity := route.NewAffinity(1 << 18)
-	n.planner = &route.Planner{
+	n.quota = quota
+	planner := &route.Planner{
 		Self: s.name, Region: s.region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
 		Regions: s.regions, Affinity: affinity,
 	}
@@ -174,10 +192,11 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		// Other regions' region-reach providers are served through a
 		// node of their region.
 		view := &meshView{n: n}
-		n.planner.Mesh = view
+		planner.Mesh = view
 		n.forward = newForwarder(n, view)
 		fwd = n.forward
 	}
+	n.rt.Store(&routing{catalog: catalog, planner: planner})
 	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
 		Guard:     route.Guard{Region: s.region, Regions: s.regions},
 		Tracker:   n.tracker,
@@ -260,9 +279,10 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.probes != nil {
 		n.loops.Go(func() { n.probes.run(n.stop) })
 	}
+	n.started = n.now()
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.region,
-		"providers", len(n.catalog.Providers()), "models", len(n.catalog.Models()))
+		"providers", len(n.catalog().Providers()), "models", len(n.catalog().Models()))
 	if len(n.s.tenants) == 0 {
 		n.log.Warn("no tenants are configured: every API request will be refused with 401")
 	}
@@ -284,10 +304,10 @@ func (n *Node) advertisedHostPort(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// Ready reports whether the node takes traffic: started, not shutting
-// down, and joined to the mesh when it has seeds.
+// Ready reports whether the node takes traffic: started, not draining,
+// and joined to the mesh when it has seeds.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && (n.mesh == nil || n.mesh.Joined()) && (n.ledger == nil || n.ledger.ready())
+	return n.ready.Load() && !n.draining.Load() && (n.mesh == nil || n.mesh.Joined()) && (n.ledger == nil || n.ledger.ready())
 }
 
 // Snapshot takes a Raft snapshot of a voter's ledger now.
@@ -313,22 +333,36 @@ func (n *Node) HTTPAddr() string {
 // Name returns the node's name.
 func (n *Node) Name() string { return n.s.name }
 
-// Shutdown stops taking traffic, lets requests in flight (streams
-// included) finish until ctx ends, then closes them, leaves the mesh
-// gracefully (peers record it as left, not failed) and releases upstream
-// connections. It is idempotent: later calls return the first result.
+// Shutdown drains the node and stops it. In order:
+//
+//  1. it gossips that it drains and /readyz turns 503;
+//  2. for node.drain.grace it still accepts requests and hands each to
+//     the nearest healthy peer allowed to see it (clients still pointed
+//     at it see no error), then stops accepting;
+//  3. requests and streams in flight, and those peers forwarded here,
+//     run to completion until ctx ends, when the rest are cut;
+//  4. spend is reported and budget escrow and rate shares handed back;
+//  5. a voter that leads hands leadership to another voter;
+//  6. it leaves gossip (peers record it as left, not failed), and a voter
+//     waits, briefly, for the leader to remove it from Raft;
+//  7. Raft, gossip and upstream connections close.
+//
+// It is idempotent: later calls return the first result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutdownOnce.Do(func() {
-		n.ready.Store(false)
+		defer close(n.done)
+		wasReady := n.ready.Load() // serving: clients may be pointed here
+		n.draining.Store(true)
 		close(n.stop)
 		var errs []error
 		if n.mesh != nil && n.ln != nil {
-			// Peers stop counting on this node (as their region's prober,
-			// say) while its last requests finish.
 			if err := n.mesh.SetState(gossip.StateDraining); err != nil {
 				n.log.Warn("could not announce draining", "err", err)
 			}
 		}
+		n.setPhase(phaseGrace)
+		n.grace(ctx, wasReady)
+		n.setPhase(phaseFinish)
 		if n.ln != nil {
 			if err := n.srv.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
@@ -336,17 +370,31 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			}
 			<-n.serveDone
 		}
+		n.ready.Store(false)
 		n.loops.Wait()
 		n.stopRPC(ctx) // requests forwarded here finish and spend first
 		if n.ledger != nil {
-			n.ledger.stop() // then report spend and give escrow back
+			n.setPhase(phaseSettle)
+			n.ledger.settle() // then report spend and give escrow back
+		}
+		n.setPhase(phaseLeaving)
+		if n.ledger != nil {
+			n.ledger.handOverLeadership()
 		}
 		if n.mesh != nil {
 			if n.ln != nil {
 				if err := n.mesh.Leave(); err != nil {
 					errs = append(errs, fmt.Errorf("leave the mesh: %w", err))
 				}
+				if n.ledger != nil {
+					n.ledger.awaitRemoval(ctx)
+				}
 			}
+		}
+		if n.ledger != nil {
+			n.ledger.close()
+		}
+		if n.mesh != nil {
 			if err := n.mesh.Shutdown(); err != nil {
 				errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
 			}
@@ -356,6 +404,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.forward.close()
 		}
 		n.shutdownErr = errors.Join(errs...)
+		n.setPhase(phaseStopped)
 		n.log.Info("node stopped")
 	})
 	return n.shutdownErr
@@ -366,6 +415,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 // everything else.
 func (n *Node) Kill() {
 	n.shutdownOnce.Do(func() {
+		defer close(n.done)
 		n.ready.Store(false)
 		close(n.stop)
 		if n.mesh != nil {

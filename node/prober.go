@@ -70,18 +70,18 @@ func (p *prober) due(now time.Time) []*route.Offer {
 		}
 	}
 	var out []*route.Offer
-	for _, pv := range n.catalog.Providers() {
+	for _, pv := range n.catalog().Providers() {
 		if recent[pv.Name] || (pv.Reach == route.ReachRegion && pv.Region != n.s.region) || len(pv.Models) == 0 {
 			continue
 		}
 		// A cooldown learned anywhere in the mesh holds for probes too.
-		if n.planner.Health.Health(pv.Name, now).CoolingUntil.After(now) {
+		if n.planner().Health.Health(pv.Name, now).CoolingUntil.After(now) {
 			continue
 		}
 		if len(regionNodes) > 0 && chooseProber(pv.Name, regionNodes) != n.s.name {
 			continue
 		}
-		if o := offerOf(n.catalog, pv); o != nil {
+		if o := offerOf(n.catalog(), pv); o != nil {
 			out = append(out, o)
 		}
 	}

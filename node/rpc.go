@@ -43,6 +43,9 @@ func (n *Node) listenRPC(ctx context.Context) error {
 		grpc.ChainUnaryInterceptor(consensus.Authenticate(n.s.rpcToken)),
 		grpc.ChainStreamInterceptor(consensus.AuthenticateStream(n.s.rpcToken)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout}),
+		// A forward carries the client's body whole: as large as the HTTP
+		// side admits.
+		grpc.MaxRecvMsgSize(int(n.s.maxBodyBytes) + 64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: rpcKeepalive / 2, PermitWithoutStream: true}),
 	}
 	if n.s.tls != nil {

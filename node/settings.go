@@ -34,6 +34,8 @@ type settings struct {
 	readHeader   time.Duration
 	readBody     time.Duration
 	clientWrite  time.Duration
+	drainGrace   time.Duration
+	drainTimeout time.Duration
 	adminToken   route.Secret
 	jurisdiction string // of the node's region
 	voter        bool
@@ -93,6 +95,8 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		readHeader:   10 * time.Second,
 		readBody:     30 * time.Second,
 		clientWrite:  30 * time.Second,
+		drainGrace:   5 * time.Second,
+		drainTimeout: 30 * time.Second,
 	}
 
 	// node
@@ -398,6 +402,15 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	override(&s.readHeader, t.ReadHeader)
 	override(&s.readBody, t.ReadBody)
 	override(&s.clientWrite, t.ClientWrite)
+	if c.Node.Drain.Grace < 0 {
+		bad("node.drain.grace", "must not be negative")
+	} else if c.Node.Drain.Grace > 0 {
+		s.drainGrace = time.Duration(c.Node.Drain.Grace)
+	}
+	override(&s.drainTimeout, c.Node.Drain.Timeout)
+	if s.drainTimeout <= s.drainGrace {
+		bad("node.drain.timeout", "must be longer than node.drain.grace (%s)", s.drainGrace)
+	}
 	o := c.Outlier
 	if o.ConsecutiveFailures < 0 {
 		bad("outlier.consecutive_failures", "must not be negative")

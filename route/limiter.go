@@ -3,6 +3,7 @@ package route
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,7 +27,7 @@ type QuotaGate interface {
 // for more tokens than a whole minute allows passes only when the bucket is
 // full, and leaves it in debt: it is served, and later requests wait.
 type Limiter struct {
-	buckets map[string]*rateBuckets // fixed at construction
+	buckets atomic.Pointer[map[string]*rateBuckets] // replaced whole by SetProviders
 }
 
 type rateBuckets struct {
@@ -42,17 +43,34 @@ type bucket struct {
 
 // NewLimiter returns a Limiter for providers' RPM and TPM.
 func NewLimiter(providers []*Provider) *Limiter {
-	l := &Limiter{buckets: map[string]*rateBuckets{}}
+	l := &Limiter{}
+	l.SetProviders(providers)
+	return l
+}
+
+// SetProviders follows a reload of the providers: a provider whose rates
+// did not change keeps its buckets (and what they hold); others start
+// full.
+func (l *Limiter) SetProviders(providers []*Provider) {
+	old := map[string]*rateBuckets{}
+	if m := l.buckets.Load(); m != nil {
+		old = *m
+	}
+	m := map[string]*rateBuckets{}
 	for _, p := range providers {
 		if p.RPM == 0 && p.TPM == 0 {
 			continue
 		}
-		l.buckets[p.Name] = &rateBuckets{
+		if b := old[p.Name]; b != nil && b.req.perMinute == float64(p.RPM) && b.tok.perMinute == float64(p.TPM) {
+			m[p.Name] = b
+			continue
+		}
+		m[p.Name] = &rateBuckets{
 			req: bucket{perMinute: float64(p.RPM), level: float64(p.RPM)},
 			tok: bucket{perMinute: float64(p.TPM), level: float64(p.TPM)},
 		}
 	}
-	return l
+	l.buckets.Store(&m)
 }
 
 func (b *bucket) refill(now time.Time) {
@@ -77,7 +95,7 @@ func (b *bucket) wait(n float64) time.Duration {
 }
 
 func (l *Limiter) check(provider string, tokens int, now time.Time, take bool) (bool, time.Duration) {
-	b := l.buckets[provider]
+	b := (*l.buckets.Load())[provider]
 	if b == nil {
 		return true, 0
 	}
@@ -111,7 +129,7 @@ func (l *Limiter) Take(provider string, tokens int, now time.Time) (bool, time.D
 
 // Return implements QuotaGate.
 func (l *Limiter) Return(provider string, tokens int, now time.Time) {
-	b := l.buckets[provider]
+	b := (*l.buckets.Load())[provider]
 	if b == nil || b.tok.perMinute == 0 {
 		return
 	}

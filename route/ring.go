@@ -235,6 +235,7 @@ func (r *Ring) Seat(key string, i int, now time.Time) {
 	s, ok := sh.seats[key]
 	if ok && now.Sub(s.seen) >= r.ttl {
 		r.seated[s.replica].Add(-1) // expired, not yet swept
+		delete(sh.seats, key)       // so that a sweep does not count it again
 		ok = false
 	}
 	switch {

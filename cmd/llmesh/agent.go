@@ -26,7 +26,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	httpAddr := fs.String("http", "", "HTTP `address` for the API; overrides node.http")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests may run on shutdown")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on a graceful stop; overrides node.drain.timeout (default 30s)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -92,8 +92,34 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		printDevBanner(stdout, n.HTTPAddr(), devStack.Key)
 	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	for reload := reloads(); ; {
+		select {
+		case <-ctx.Done(): // SIGINT or SIGTERM: drain
+		case <-n.Done(): // drained through the admin API
+		case <-reload:
+			if *configPath == "" {
+				logger.Warn("SIGHUP: nothing to reload: agent -dev has no configuration file")
+				continue
+			}
+			next, err := node.LoadConfig(*configPath)
+			if err == nil {
+				if *httpAddr != "" {
+					next.Node.HTTP = *httpAddr
+				}
+				err = n.Reload(next)
+			}
+			if err != nil {
+				logger.Error("SIGHUP: configuration not reloaded; the node keeps the one it has", "err", err)
+			}
+			continue
+		}
+		break
+	}
+	timeout := n.DrainTimeout()
+	if *shutdownTimeout > 0 {
+		timeout = *shutdownTimeout
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := n.Shutdown(sctx); err != nil {
 		fmt.Fprintf(stderr, "llmesh agent: %v\n", err)

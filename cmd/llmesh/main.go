@@ -22,6 +22,9 @@ Usage:
   llmesh budgets set TENANT USD     change a tenant's budget (-period day|month|total)
   llmesh budgets forfeit NODE       write off the escrow of a node that will not return
   llmesh raft peers                 the Raft configuration and its leader
+  llmesh status                     this node: phase, role, leader, members, healthy providers, leases held
+  llmesh drain [-wait]              the node hands traffic to peers, finishes what is in flight, leaves and exits
+  llmesh leave [-wait]              the same graceful exit, for a node leaving the mesh
   llmesh keygen                     a new gossip encryption key
   llmesh tls init NODE...           a development CA and certificates for mutual TLS between nodes
   llmesh version
@@ -59,6 +62,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBudgets(args[1:], stdout, stderr)
 	case "raft":
 		return runRaft(args[1:], stdout, stderr)
+	case "status":
+		return runStatus(args[1:], stdout, stderr)
+	case "drain", "leave":
+		return runDrain(args[0], args[1:], stdout, stderr)
 	case "keygen":
 		return runKeygen(args[1:], stdout, stderr)
 	case "tls":

@@ -39,3 +39,10 @@ func untilSignal(stderr io.Writer) (context.Context, func()) {
 		cancel()
 	}
 }
+
+// reloads returns a channel that receives on every SIGHUP.
+func reloads() <-chan os.Signal {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch
+}

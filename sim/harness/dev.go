@@ -88,7 +88,9 @@ func StartDev(httpAddr string) (*Dev, error) {
 	sum := sha256.Sum256([]byte(key))
 	cfg := &node.Config{
 		Node: node.NodeSection{Name: "dev", Region: "eu-west", DataDir: d.dataDir, HTTP: httpAddr, Gossip: "127.0.0.1:0",
-			Voter: true, Raft: "127.0.0.1:0", RPC: "127.0.0.1:0", BootstrapExpect: 1},
+			Voter: true, Raft: "127.0.0.1:0", RPC: "127.0.0.1:0", BootstrapExpect: 1,
+			// One node, no peers to hand requests to: stop soon.
+			Drain: node.DrainSection{Grace: node.Duration(500 * time.Millisecond)}},
 		Regions: []node.RegionSection{
 			{Name: "eu-west", Jurisdiction: "eu"},
 			{Name: "us-east", Jurisdiction: "us"},

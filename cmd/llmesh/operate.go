@@ -1,0 +1,156 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+)
+
+// runStatus prints a node's view of itself and the mesh.
+func runStatus(args []string, stdout, stderr io.Writer) int {
+	return verb("status", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
+		var st node.Status
+		raw, err := c.do(http.MethodGet, "/v1/mesh/status", nil, &st)
+		if err != nil || c.json {
+			return orJSON(stdout, raw, err)
+		}
+		role := st.Role
+		if st.Raft != "" {
+			role += " (" + strings.ToLower(st.Raft) + ")"
+		}
+		leader := st.Leader
+		if leader == "" {
+			leader = "none known"
+		}
+		var members []string
+		for _, s := range []string{"alive", "draining", "suspect", "failed", "left"} {
+			if st.Members[s] > 0 {
+				members = append(members, fmt.Sprintf("%d %s", st.Members[s], s))
+			}
+		}
+		ready := "ready"
+		if !st.Ready {
+			ready = "not ready"
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "node\t%s (%s, %s)\n", st.Node, st.Region, st.Jurisdiction)
+		fmt.Fprintf(tw, "state\t%s, %s, %d in flight\n", st.Phase, ready, st.InFlight)
+		fmt.Fprintf(tw, "role\t%s\n", role)
+		fmt.Fprintf(tw, "leader\t%s\n", leader)
+		fmt.Fprintf(tw, "members\t%s\n", strings.Join(members, ", "))
+		fmt.Fprintf(tw, "healthy providers\t%s\n", orNone(st.Providers))
+		if len(st.Unhealthy) > 0 {
+			fmt.Fprintf(tw, "unhealthy providers\t%s\n", strings.Join(st.Unhealthy, ", "))
+		}
+		fmt.Fprintf(tw, "uptime\t%s\n", (time.Duration(st.UptimeSec) * time.Second).String())
+		tw.Flush()
+		if len(st.Leases) > 0 {
+			fmt.Fprintln(stdout, "\nbudget leases held:")
+			tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  TENANT\tPERIOD\tGRANTED\tSPENT\tIN FLIGHT\tEXPIRES IN")
+			for _, l := range st.Leases {
+				fmt.Fprintf(tw, "  %s\t%s\t$%.4f\t$%.4f\t$%.4f\t%.0fs\n", l.Tenant, l.Period, l.GrantedUSD, l.SpentUSD, l.InflightUSD, l.ExpiresSec)
+			}
+			tw.Flush()
+		}
+		if len(st.RateShares) > 0 {
+			fmt.Fprintln(stdout, "\nrate shares held (per minute):")
+			tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  PROVIDER\tREQUESTS\tTOKENS")
+			for _, r := range st.RateShares {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Provider, perMinute(r.RPM), perMinute(r.TPM))
+			}
+			tw.Flush()
+		}
+		return nil
+	})
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func perMinute(v float64) string {
+	if v < 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// runDrain has a node drain and exit; with -wait it follows the drain
+// until the node has stopped.
+func runDrain(name string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := adminFlags(fs)
+	wait := fs.Bool("wait", false, "follow the drain until the node stops taking connections")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "llmesh %s: unexpected argument %q\n", name, fs.Arg(0))
+		return 2
+	}
+	var ack struct {
+		Node     string  `json:"node"`
+		Grace    float64 `json:"grace_s"`
+		Timeout  float64 `json:"timeout_s"`
+		Phase    string  `json:"phase"`
+		Finished bool    `json:"finished,omitempty"`
+	}
+	raw, err := c.do(http.MethodPost, "/v1/mesh/"+name, nil, &ack)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh %s: %v\n", name, err)
+		return 1
+	}
+	if !*wait {
+		if c.json {
+			_ = printJSON(stdout, raw)
+			return 0
+		}
+		fmt.Fprintf(stdout, "%s is draining: it hands new requests to peers for %.0fs, lets those in flight finish (at most %.0fs in all), settles its leases, leaves and exits\n",
+			ack.Node, ack.Grace, ack.Timeout)
+		return 0
+	}
+	if err := awaitStopped(c, stdout, ack.Node, time.Duration(ack.Timeout*float64(time.Second))+30*time.Second); err != nil {
+		fmt.Fprintf(stderr, "llmesh %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// awaitStopped follows a draining node's phases until it no longer
+// answers (its grace is over and it closed its listener), printing each
+// phase once.
+func awaitStopped(c *adminClient, stdout io.Writer, name string, bound time.Duration) error {
+	c.http.Timeout = 2 * time.Second
+	last := ""
+	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		var st node.Status
+		_, err := c.do(http.MethodGet, "/v1/mesh/status", nil, &st)
+		if err != nil {
+			// The node closed its listener: nothing more to follow.
+			if ue := (*url.Error)(nil); errors.As(err, &ue) {
+				fmt.Fprintf(stdout, "%s stopped taking connections: it finishes what is in flight, settles its leases, leaves and exits\n", name)
+				return nil
+			}
+			return err
+		}
+		if st.Phase != last {
+			fmt.Fprintf(stdout, "%s: %s (%d in flight)\n", name, st.Phase, st.InFlight)
+			last = st.Phase
+		}
+	}
+	return fmt.Errorf("%s still answers after %s", name, bound)
+}

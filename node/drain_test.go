@@ -1,0 +1,153 @@
+package node_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+// Draining the Raft leader of a three-voter mesh: /readyz turns 503 at
+// once; requests that still reach it during the grace are handed to a
+// peer (and answered); the stream it was serving finishes whole; it
+// hands over leadership, leaves gossip, is removed from Raft, and stops.
+func TestDrainHandsOffAndLeaves(t *testing.T) {
+	m := startMeshWith(t, 3, []upstream{
+		{name: "p", kind: "openai", in: 1, out: 1, emu: emulator.Config{TPS: 40}},
+	}, voters(t, 3, func(i int, c *node.Config) {
+		c.Node.Drain = node.DrainSection{Grace: node.Duration(1500 * time.Millisecond), Timeout: node.Duration(20 * time.Second)}
+	}), fastRaft)
+	leader := -1
+	eventually(t, 20*time.Second, "a leader", func() bool {
+		for i, u := range m.urls {
+			var st node.Status
+			if getJSON(t, u+"/v1/mesh/status", "", &st) == http.StatusOK && st.Raft == "Leader" {
+				leader = i
+				return true
+			}
+		}
+		return false
+	})
+	name, url := m.nodes[leader].Name(), m.urls[leader]
+	var others []string
+	for i, u := range m.urls {
+		if i != leader {
+			others = append(others, u)
+		}
+	}
+
+	// A stream of about a second and a half, under way when the drain
+	// begins.
+	streamDone := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(
+			`{"model":"gpt-4o-mini","stream":true,"max_tokens":60,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			streamDone <- "error: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		last := ""
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data: ") {
+				last = sc.Text()
+			}
+		}
+		streamDone <- last
+	}()
+	eventually(t, 5*time.Second, "the stream to start", func() bool { return m.nodes[leader].Status(context.Background()).InFlight > 0 })
+
+	drainStart := time.Now()
+	resp, err := http.Post(url+"/v1/mesh/drain", "application/json", nil)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("drain: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if r := mustGet(t, url+"/readyz"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz of a draining node: %d, want 503", r.StatusCode)
+	}
+
+	// Requests that still arrive during the grace are served by a peer.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	handed := 0
+	for i := range 6 {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"late %d"}]}`, i)
+			if i%2 == 1 {
+				body = fmt.Sprintf(`{"model":"gpt-4o-mini","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"late %d"}]}`, i)
+			}
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			resp, err := http.DefaultClient.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, err.Error())
+				return
+			}
+			b := readAll(t, resp.Body)
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode != http.StatusOK:
+				failures = append(failures, fmt.Sprintf("%d %s", resp.StatusCode, b))
+			case i%2 == 1 && !strings.Contains(b, "[DONE]"):
+				failures = append(failures, "stream without [DONE]: "+b)
+			case resp.Header.Get("X-Llmesh-Node") != name || resp.Header.Get("X-Llmesh-Via") == name ||
+				!strings.Contains(resp.Header.Get("X-Llmesh-Route"), "handed off"):
+				failures = append(failures, fmt.Sprintf("headers node=%q via=%q route=%q", resp.Header.Get("X-Llmesh-Node"),
+					resp.Header.Get("X-Llmesh-Via"), resp.Header.Get("X-Llmesh-Route")))
+			default:
+				handed++
+			}
+		})
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("requests during the grace: %d handed off, failures: %q", handed, failures)
+	}
+	if last := <-streamDone; last != "data: [DONE]" {
+		t.Fatalf("the stream in flight ended with %q, want data: [DONE]", last)
+	}
+
+	select {
+	case <-m.nodes[leader].Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drained node did not stop")
+	}
+	t.Logf("the drained node stopped %s after the drain began", time.Since(drainStart).Round(time.Millisecond))
+	eventually(t, 15*time.Second, "another leader, the drained node left and out of Raft", func() bool {
+		var st node.Status
+		if getJSON(t, others[0]+"/v1/mesh/status", "", &st) != http.StatusOK || st.Leader == "" || st.Leader == name || st.Members["left"] != 1 {
+			return false
+		}
+		var doc struct{ Peers []struct{ ID string } }
+		if getJSON(t, others[0]+"/v1/mesh/raft/peers", "", &doc) != http.StatusOK {
+			return false
+		}
+		for _, p := range doc.Peers {
+			if p.ID == name {
+				return false
+			}
+		}
+		return len(doc.Peers) == 2
+	})
+	t.Logf("the others agree on a new leader and the Raft configuration %s after the drain began", time.Since(drainStart).Round(time.Millisecond))
+	// The mesh still serves.
+	for _, u := range others {
+		if r := postTo(t, u, `{"model":"gpt-4o-mini","max_tokens":3,"messages":[{"role":"user","content":"after"}]}`); r.StatusCode != http.StatusOK {
+			t.Fatalf("after the drain, %s answered %d", u, r.StatusCode)
+		}
+	}
+}

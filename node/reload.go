@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/route"
+)
+
+// routing is the catalog and the planner over it, replaced together by a
+// reload; a request plans with the pair it loaded at its start.
+type routing struct {
+	catalog *route.Catalog
+	planner *route.Planner
+}
+
+func (n *Node) catalog() *route.Catalog { return n.rt.Load().catalog }
+func (n *Node) planner() *route.Planner { return n.rt.Load().planner }
+
+// Reload applies cfg's providers (addresses, keys, models, prices, priorities, limits) and
+// model groups without dropping traffic: requests under way finish with
+// what they planned, new ones plan with the new catalog. Health, rate
+// shares and affinity of providers that remain are kept. Anything else
+// that changed (the node section, regions, tenants, timeouts) needs a
+// restart: Reload refuses the file, naming the field, and the node keeps
+// its configuration. Changed limits are written to the ledger.
+func (n *Node) Reload(cfg *Config) error {
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	s, err := cfg.resolve(n.getenv, n.readFile)
+	if err != nil {
+		return err
+	}
+	if f := restartField(n.cfg, cfg); f != "" {
+		return fmt.Errorf("%s changed: restart the node to apply it (only providers and groups reload)", f)
+	}
+	catalog, err := route.NewCatalog(s.providers, s.groups...)
+	if err != nil {
+		return err
+	}
+	old := n.rt.Load()
+	p := *old.planner
+	p.Catalog = catalog
+	switch q := n.quota.(type) {
+	case *route.Limiter:
+		q.SetProviders(catalog.Providers())
+	case *consensus.RateHolder:
+		q.SetProviders(catalog.Providers())
+	}
+	n.rt.Store(&routing{catalog: catalog, planner: &p})
+	n.cfg = cfg
+	n.log.Info("configuration reloaded", "providers", len(catalog.Providers()), "models", len(catalog.Models()))
+	if n.ledger != nil {
+		n.putRates(old.catalog, catalog)
+	}
+	return nil
+}
+
+// putRates writes to the ledger the mesh-wide limits that a reload
+// changed, in the background: the leader hands out shares of them from
+// its next reconcile.
+func (n *Node) putRates(was, now *route.Catalog) {
+	var cmds []consensus.Command
+	for _, p := range now.Providers() {
+		if o := was.Provider(p.Name); o != nil && o.RPM == p.RPM && o.TPM == p.TPM {
+			continue
+		}
+		if p.RPM == 0 && p.TPM == 0 && was.Provider(p.Name) == nil {
+			continue
+		}
+		b, _ := json.Marshal(consensus.RateCapacity{Provider: p.Name, RPM: int64(p.RPM), TPM: int64(p.TPM)})
+		cmds = append(cmds, consensus.Command{ID: newCommandID(n.s.name), Type: consensus.CmdPutRate, Body: b})
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	n.loops.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-n.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for _, c := range cmds {
+			if _, err := n.ledger.client.Apply(ctx, c); err != nil {
+				n.log.Warn("could not write a reloaded rate limit to the ledger", "err", err)
+			}
+		}
+	})
+}
+
+// restartField names the first setting that differs between a and b
+// outside providers and groups, or "".
+func restartField(a, b *Config) string {
+	if a == nil || b == nil {
+		return ""
+	}
+	av, bv := reflect.ValueOf(*a), reflect.ValueOf(*b)
+	t := av.Type()
+	for i := range t.NumField() {
+		tag := yamlName(t.Field(i))
+		if tag == "providers" || tag == "groups" {
+			continue
+		}
+		fa, fb := av.Field(i), bv.Field(i)
+		if fa.Kind() == reflect.Struct {
+			for j := range fa.NumField() {
+				if !reflect.DeepEqual(fa.Field(j).Interface(), fb.Field(j).Interface()) {
+					return tag + "." + yamlName(fa.Type().Field(j))
+				}
+			}
+			continue
+		}
+		if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+			return tag
+		}
+	}
+	return ""
+}
+
+func yamlName(f reflect.StructField) string {
+	tag := f.Tag.Get("yaml")
+	for i := range len(tag) {
+		if tag[i] == ',' {
+			return tag[:i]
+		}
+	}
+	if tag == "" {
+		return f.Name
+	}
+	return tag
+}
