@@ -1,0 +1,450 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+// The operations tests run real agent processes on loopback: three voters
+// in three regions under steady load from the official openai client
+// through a load balancer (see balancer), and drain, add, kill and
+// restart nodes while the load runs.
+
+// opsPrice is every provider's price per token, in and out: a budget of
+// opsBudget lasts a few seconds of the capped tenant's share of the load.
+const (
+	opsPrice  = 10.0 / 1e6
+	opsBudget = 0.02
+	opsRPS    = 50
+)
+
+var opsTenants = []loadTenant{
+	{name: "acme", key: "sk-acme-ops-test-key-0001"},     // eu residency
+	{name: "globex", key: "sk-globex-ops-test-key-0002"}, // us residency
+	{name: "open", key: "sk-open-ops-test-key-0003"},     // anywhere
+	{name: "capped", key: "sk-capped-ops-test-key-0004", budgeted: true},
+}
+
+// opsNode is one agent of the operations mesh: its configuration (ports
+// and data directory kept across restarts) and its process.
+type opsNode struct {
+	name, region string
+	config       string
+	http         string
+	gossip       int
+	cmd          *exec.Cmd
+	exited       chan error
+	log          *syncLog
+}
+
+type opsMesh struct {
+	t     *testing.T
+	nodes map[string]*opsNode
+	seeds []string
+	emus  string // the providers' section
+	lb    *balancer
+}
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// startOpsMesh starts the emulated providers and three voters: eu-1
+// (eu-west, which alone reaches the eu GPU cluster), us-1 (us-east) and
+// ap-1 (ap-south, no provider of its own).
+func startOpsMesh(t *testing.T) *opsMesh {
+	if testing.Short() {
+		t.Skip("starts real agent processes under load: not with -short")
+	}
+	emu := func(name string) string {
+		cfg := emulator.DefaultConfig()
+		cfg.Name, cfg.TPS, cfg.Latency = name, 20, 5*time.Millisecond
+		e, err := emulator.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+		return e.URL()
+	}
+	m := &opsMesh{t: t, nodes: map[string]*opsNode{}, lb: newBalancer()}
+	t.Cleanup(m.lb.close)
+	price := fmt.Sprintf("{name: chat, input_usd_per_mtok: %g, output_usd_per_mtok: %g}", opsPrice*1e6, opsPrice*1e6)
+	m.emus = fmt.Sprintf(`providers:
+  - {name: gpu-eu, region: eu-west, reach: region, base_url: %q, models: [%s]}
+  - {name: cloud-eu, region: eu-west, base_url: %q, priority: 1, models: [%s]}
+  - {name: cloud-us, region: us-east, base_url: %q, limits: {rpm: 60000}, models: [%s]}
+tenants:
+  - {name: acme, key_sha256: [%s], residency: eu}
+  - {name: globex, key_sha256: [%s], residency: us}
+  - {name: open, key_sha256: [%s]}
+  - {name: capped, key_sha256: [%s], budget: {usd: %g, period: total}}
+`, emu("gpu-eu"), price, emu("cloud-eu"), price, emu("cloud-us"), price,
+		sha(opsTenants[0].key), sha(opsTenants[1].key), sha(opsTenants[2].key), sha(opsTenants[3].key), opsBudget)
+	for _, n := range [][2]string{{"eu-1", "eu-west"}, {"us-1", "us-east"}, {"ap-1", "ap-south"}} {
+		m.define(n[0], n[1])
+	}
+	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
+		m.start(name)
+	}
+	m.awaitVoters(3, 30*time.Second)
+	if !m.lb.awaitReady(3, 30*time.Second) {
+		t.Fatal("the three nodes are not ready")
+	}
+	return m
+}
+
+// define writes a node's configuration: fixed ports, its own data
+// directory, every defined node's gossip address as seeds.
+func (m *opsMesh) define(name, region string) *opsNode {
+	p := freePorts(m.t, 4)
+	n := &opsNode{name: name, region: region, http: fmt.Sprintf("http://127.0.0.1:%d", p[0]), gossip: p[2]}
+	m.seeds = append(m.seeds, fmt.Sprintf("127.0.0.1:%d", p[2]))
+	n.config = fmt.Sprintf(`node:
+  name: %s
+  region: %s
+  data_dir: %s
+  http: 127.0.0.1:%d
+  rpc: 127.0.0.1:%d
+  gossip: 127.0.0.1:%d
+  raft: 127.0.0.1:%d
+  voter: true
+  bootstrap_expect: 3
+  join: [%s]
+  drain: {grace: 2s, timeout: 30s}
+regions: [{name: eu-west, jurisdiction: eu}, {name: us-east, jurisdiction: us}, {name: ap-south, jurisdiction: ap}]
+probes: {disabled: true}
+%s`, name, region, m.t.TempDir(), p[0], p[1], p[2], p[3], strings.Join(m.seeds, ", "), m.emus)
+	m.nodes[name] = n
+	return n
+}
+
+// start runs a defined node's agent and adds it to the balancer.
+func (m *opsMesh) start(name string) {
+	t := m.t
+	n := m.nodes[name]
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(n.config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "agent", "-config", path, "-log-level", "warn")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n.cmd, n.exited, n.log = cmd, make(chan error, 1), &syncLog{}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			n.log.add(sc.Text())
+		}
+		n.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	})
+	m.lb.set(name, n.http)
+}
+
+// awaitVoters waits until some node reports a leader and count voters.
+func (m *opsMesh) awaitVoters(count int, within time.Duration) {
+	m.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, peers := m.raft(); peers == count {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.t.Fatalf("no Raft configuration of %d voters with a leader within %s", count, within)
+}
+
+// raft returns the leader and the number of voters, as the first node
+// that answers sees them.
+func (m *opsMesh) raft() (string, int) {
+	for _, n := range m.nodes {
+		if n.cmd == nil || n.cmd.ProcessState != nil {
+			continue
+		}
+		var doc struct {
+			Peers []struct {
+				ID            string
+				Voter, Leader bool
+			}
+		}
+		if getStatus(n.http+"/v1/mesh/raft/peers", &doc) != nil {
+			continue
+		}
+		leader, voters := "", 0
+		for _, p := range doc.Peers {
+			if p.Voter {
+				voters++
+			}
+			if p.Leader {
+				leader = p.ID
+			}
+		}
+		if leader != "" {
+			return leader, voters
+		}
+	}
+	return "", 0
+}
+
+func getStatus(url string, v any) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// waitExit waits for a node's process to end and returns its exit code.
+func (m *opsMesh) waitExit(name string, within time.Duration) int {
+	m.t.Helper()
+	n := m.nodes[name]
+	select {
+	case <-n.exited:
+		return n.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		m.t.Fatalf("%s did not exit within %s; its log:\n%s", name, within, n.log.String())
+	}
+	return -1
+}
+
+// awaitReady waits until the node answers /readyz 200.
+func (m *opsMesh) awaitReady(name string, within time.Duration) {
+	m.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(m.nodes[name].http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.t.Fatalf("%s not ready within %s; its log:\n%s", name, within, m.nodes[name].log.String())
+}
+
+// checkBudget asserts the capped tenant's budget was never overspent:
+// by the ledger's books (no overspend, settled within the limit) and by
+// what the clients were billed for, at the configured prices.
+func (m *opsMesh) checkBudget(rep *loadReport) {
+	m.t.Helper()
+	for _, n := range m.nodes {
+		if n.cmd.ProcessState != nil {
+			continue
+		}
+		var doc struct {
+			Budgets []struct {
+				Tenant       string
+				LimitUSD     float64 `json:"limit_usd"`
+				SettledUSD   float64 `json:"settled_usd"`
+				ReservedUSD  float64 `json:"reserved_usd"`
+				OverspendUSD float64 `json:"overspend_usd"`
+			}
+		}
+		if err := getStatus(n.http+"/v1/mesh/budgets", &doc); err != nil {
+			continue
+		}
+		for _, b := range doc.Budgets {
+			if b.Tenant != "capped" {
+				continue
+			}
+			m.t.Logf("capped: limit $%.4f, settled $%.4f, reserved $%.4f, overspend $%.4f; clients billed $%.4f in %d requests answered 200",
+				b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.OverspendUSD, rep.spendUSD["capped"], rep.ok)
+			if b.OverspendUSD != 0 || b.SettledUSD > b.LimitUSD+1e-9 {
+				m.t.Fatalf("the budget was overspent: %+v", b)
+			}
+		}
+		break
+	}
+	if rep.spendUSD["capped"] > opsBudget+1e-9 {
+		m.t.Fatalf("the capped tenant was served $%.6f, beyond its budget of $%g", rep.spendUSD["capped"], opsBudget)
+	}
+	if rep.budget402 == 0 {
+		m.t.Fatalf("the capped tenant's budget never ran out: the test did not test it (%s)", rep)
+	}
+}
+
+// loadFor starts the load and returns a function that stops it and
+// returns the report.
+func (m *opsMesh) loadFor() func() *loadReport {
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan *loadReport, 1)
+	go func() { out <- runLoad(ctx, m.lb, opsTenants, opsRPS, opsPrice) }()
+	return func() *loadReport {
+		cancel()
+		return <-out
+	}
+}
+
+func (m *opsMesh) requireClean(rep *loadReport) {
+	m.t.Helper()
+	m.t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.refused.Load())
+	if len(rep.failures) > 0 || len(rep.truncated) > 0 {
+		f, tr := rep.firstFailures()
+		m.t.Fatalf("failed (first ten): %q\ntruncated (first ten): %q", f, tr)
+	}
+}
+
+// Draining one node under load: zero failed requests, zero truncated
+// streams, and the node exits 0. Then a node added live takes traffic
+// within seconds, and joins Raft as a voter.
+func TestDrainAndJoinUnderLoad(t *testing.T) {
+	m := startOpsMesh(t)
+	stop := m.loadFor()
+	time.Sleep(3 * time.Second) // load runs: the time is the test's, not a wait for a condition
+	out, err := exec.Command(binary, "drain", "-wait", "-addr", m.nodes["eu-1"].http).CombinedOutput()
+	if err != nil {
+		t.Fatalf("llmesh drain -wait: %v\n%s", err, out)
+	}
+	t.Logf("llmesh drain -wait:\n%s", out)
+	if code := m.waitExit("eu-1", 40*time.Second); code != 0 {
+		t.Fatalf("the drained node exited %d; its log:\n%s", code, m.nodes["eu-1"].log.String())
+	}
+	m.lb.remove("eu-1")
+	m.awaitVoters(2, 15*time.Second)
+
+	m.define("eu-2", "eu-west")
+	added := time.Now()
+	m.start("eu-2")
+	m.awaitReady("eu-2", 30*time.Second)
+	m.awaitVoters(3, 20*time.Second)
+	time.Sleep(2 * time.Second)
+	rep := stop()
+	m.requireClean(rep)
+	first, ok := rep.firstAt["eu-2"]
+	if !ok {
+		t.Fatalf("the node added live took no traffic: %s", rep)
+	}
+	t.Logf("the node added live answered its first request %s after it was started", first.Sub(added).Round(time.Millisecond))
+	m.checkBudget(rep)
+}
+
+// kill -9 of the Raft leader under load: the failed requests are at most
+// those in flight on it, the others elect a leader, and the budget is
+// never overspent.
+func TestLeaderKilledUnderLoad(t *testing.T) {
+	m := startOpsMesh(t)
+	stop := m.loadFor()
+	time.Sleep(3 * time.Second)
+	leader, _ := m.raft()
+	if leader == "" {
+		t.Fatal("no leader")
+	}
+	inflight := m.lb.inFlight(leader)
+	killed := time.Now()
+	if err := m.nodes[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	m.waitExit(leader, 10*time.Second)
+	var elected time.Duration
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if l, _ := m.raft(); l != "" && l != leader {
+			elected = time.Since(killed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new leader within 30s")
+		}
+	}
+	time.Sleep(5 * time.Second)
+	rep := stop()
+	t.Logf("killed leader %s with %d requests in flight on it; a new leader %s later", leader, inflight, elected.Round(time.Millisecond))
+	t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.refused.Load())
+	if len(rep.failures) > inflight {
+		f, _ := rep.firstFailures()
+		t.Fatalf("%d requests failed, more than the %d in flight on the killed node (first ten): %q", len(rep.failures), inflight, f)
+	}
+	for _, f := range rep.failures {
+		if !strings.Contains(f, `node "`+leader+`"`) && !strings.Contains(f, `node ""`) {
+			t.Errorf("a request failed that the killed node was not serving: %s", f)
+		}
+	}
+	if elected > 15*time.Second {
+		t.Fatalf("a new leader took %s", elected)
+	}
+	m.checkBudget(rep)
+}
+
+// A rolling restart of all three nodes, one by one, under load (SIGTERM,
+// which drains; start again with the same data; wait until it is ready
+// and a voter again): zero failed requests.
+func TestRollingRestartUnderLoad(t *testing.T) {
+	m := startOpsMesh(t)
+	stop := m.loadFor()
+	time.Sleep(2 * time.Second)
+	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
+		began := time.Now()
+		if err := m.nodes[name].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := m.waitExit(name, 40*time.Second); code != 0 {
+			t.Fatalf("%s exited %d after SIGTERM; its log:\n%s", name, code, m.nodes[name].log.String())
+		}
+		m.start(name)
+		m.awaitReady(name, 30*time.Second)
+		m.awaitVoters(3, 30*time.Second)
+		t.Logf("%s restarted: ready and a voter again %s after SIGTERM", name, time.Since(began).Round(time.Millisecond))
+	}
+	time.Sleep(2 * time.Second)
+	rep := stop()
+	m.requireClean(rep)
+	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
+		if rep.byNode[name] == 0 {
+			t.Fatalf("%s answered nothing: %s", name, rep)
+		}
+	}
+	m.checkBudget(rep)
+}
+
+// syncLog is a process's log, written by the reader of its stderr and
+// read by the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(line + "\n")
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
