@@ -118,6 +118,7 @@ type Server struct {
 
 	leaderCh chan bool
 	stop     chan struct{}
+	nudge    chan struct{} // Reconcile's: the leader reconciles at once
 	wg       sync.WaitGroup
 	once     sync.Once
 
@@ -153,6 +154,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		log:      cfg.Logger,
 		now:      cfg.Clock,
 		rates:    newAllocator(cfg.RateLease, cfg.RateWindow),
+		nudge:    make(chan struct{}, 1),
 		leaderCh: make(chan bool, 8),
 		stop:     make(chan struct{}),
 	}, nil
@@ -419,6 +421,7 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			return
 		case <-s.stop:
 			return
+		case <-s.nudge: // the membership changed: reconcile at the loop's top
 		case <-t.C:
 			s.syncCapacities()
 			s.forfeitGone()
@@ -535,6 +538,16 @@ func (s *Server) syncCapacities() {
 	var caps []RateCapacity
 	s.fsm.Read(func(l *Ledger) { caps = l.Rates() })
 	s.rates.setCapacities(caps)
+}
+
+// Reconcile asks the leader, if this voter leads, to match the Raft
+// configuration to the membership now rather than at its next tick. It
+// never blocks.
+func (s *Server) Reconcile() {
+	select {
+	case s.nudge <- struct{}{}:
+	default:
+	}
 }
 
 // IsLeader reports whether this voter leads.

@@ -62,6 +62,10 @@ type Config struct {
 	// KnownProvider says which providers peers may report on; nil
 	// accepts any name. Reports on others are dropped.
 	KnownProvider func(name string) bool
+	// OnMembership, if set, is called when a member joins, leaves or
+	// fails (a voter's leader reconciles Raft at once). It runs on
+	// memberlist's event path: it must not block.
+	OnMembership func()
 	// MaxHold caps an ejection or a cooldown a peer reports.
 	MaxHold time.Duration
 	// LeaveTimeout bounds how long a graceful leave waits to be heard.

@@ -392,6 +392,9 @@ func (m *Mesh) joinedNode(n *memberlist.Node) {
 	delete(m.departed, n.Name)
 	delete(m.leaving, n.Name)
 	m.membersMu.Unlock()
+	if m.cfg.OnMembership != nil {
+		m.cfg.OnMembership()
+	}
 }
 
 func (m *Mesh) updatedNode(n *memberlist.Node) {
@@ -424,6 +427,9 @@ func (m *Mesh) leftNode(n *memberlist.Node) {
 	}
 	m.membersMu.Unlock()
 	m.log.Info("member gone", "member", n.Name, "state", mem.State)
+	if m.cfg.OnMembership != nil {
+		m.cfg.OnMembership()
+	}
 }
 
 // leavingValid is how long a member's word that it is leaving explains its

@@ -224,7 +224,7 @@ func (l *ledger) settle() {
 // handOverLeadership has a leading voter hand leadership to another one
 // before it goes, so that the ledger does not wait an election timeout.
 func (l *ledger) handOverLeadership() {
-	if l.server == nil || !l.server.IsLeader() {
+	if l.server == nil || !l.server.IsLeader() || l.soleVoter() {
 		return
 	}
 	if err := l.server.TransferLeadership(); err != nil {
@@ -239,7 +239,7 @@ func (l *ledger) handOverLeadership() {
 // it for a voter that left, while the rest keep a quorum), so that a
 // drained voter does not count against the quorum; at most removeTimeout.
 func (l *ledger) awaitRemoval(ctx context.Context) {
-	if l.server == nil {
+	if l.server == nil || l.soleVoter() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, removeTimeout)
@@ -261,6 +261,21 @@ func (l *ledger) awaitRemoval(ctx context.Context) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// soleVoter reports whether this voter is the only one in the Raft
+// configuration: there is no one to hand over to or be removed by.
+func (l *ledger) soleVoter() bool {
+	peers, err := l.server.Peers()
+	if err != nil {
+		return false
+	}
+	for _, p := range peers {
+		if p.Voter && p.ID != l.n.s.name {
+			return false
+		}
+	}
+	return true
 }
 
 // peersElsewhere asks the leader whether this voter is still in the

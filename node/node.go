@@ -152,6 +152,11 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		gc.Logger = n.log.With("component", "gossip")
 		gc.Registerer = opts.Registry
 		gc.KnownProvider = func(name string) bool { return n.catalog().Provider(name) != nil }
+		gc.OnMembership = func() {
+			if n.ledger != nil && n.ledger.server != nil {
+				n.ledger.server.Reconcile()
+			}
+		}
 		if opts.GossipTuning != nil {
 			opts.GossipTuning(&gc)
 		}

@@ -14,6 +14,7 @@ const usage = `llmesh — a peer-to-peer routing mesh for LLM API traffic
 Usage:
   llmesh agent -dev                 one node with built-in emulated providers
   llmesh agent -config FILE         a node configured by FILE
+  llmesh demo                       a three-region mesh in one process, a little traffic, where it went and why
   llmesh emulate -listen ADDR ...   a standalone OpenAI-compatible provider emulator
   llmesh members                    the mesh's nodes: region, address, state, estimated RTT
   llmesh providers                  the providers as the node sees them, with every node's reports
@@ -52,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAgent(args[1:], stdout, stderr)
 	case "emulate":
 		return runEmulate(args[1:], stdout, stderr)
+	case "demo":
+		return runDemo(args[1:], stdout, stderr)
 	case "members":
 		return runMembers(args[1:], stdout, stderr)
 	case "providers":

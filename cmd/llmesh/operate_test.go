@@ -468,3 +468,79 @@ func (l *syncLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestDemo runs `llmesh demo` as the README does: three regions, a table
+// of where the requests went in which residency always holds, a working
+// `llmesh status` against a node, and a clean exit on Ctrl-C.
+func TestDemo(t *testing.T) {
+	cmd, out, stderr := started(t, "demo", "-http", "127.0.0.1:0")
+	var lines []string
+	done := make(chan error, 1)
+	go func() {
+		for {
+			line, err := out.ReadString('\n')
+			lines = append(lines, strings.TrimRight(line, "\n"))
+			if strings.Contains(line, "keeps serving") || err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo output ended (%v):\n%s\n%s", err, strings.Join(lines, "\n"), stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo did not finish its traffic within 60s")
+	}
+	text := strings.Join(lines, "\n")
+	t.Log(text)
+	var usAPI string
+	forwarded := false
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 4 && f[0] == "us-1" {
+			usAPI = f[3]
+		}
+		if len(f) < 9 || (f[0] != "acme" && f[0] != "globex") {
+			continue
+		}
+		// TENANT RESIDENCY ENTERED MODEL SESSION ANSWER PROVIDER REPLICA CALLED-BY
+		tenant, entry, answer, provider, via := f[0], f[2], f[5], f[6], f[8]
+		if answer != "200" {
+			t.Errorf("%s at %s answered %s", tenant, entry, answer)
+		}
+		if tenant == "acme" && !strings.HasSuffix(provider, "-eu") || tenant == "globex" && !strings.HasSuffix(provider, "-us") {
+			t.Errorf("residency broken: %s served by %s: %s", tenant, provider, l)
+		}
+		if tenant == "acme" && provider == "gpu-eu" && entry != "eu-1" && via == "eu-1" {
+			forwarded = true
+		}
+	}
+	if !forwarded {
+		t.Error("no acme request entering outside eu-west was forwarded to eu-1 for gpu-eu")
+	}
+	if !strings.Contains(text, "budget_exceeded") {
+		t.Error("initech's budget never ran out")
+	}
+	if usAPI == "" {
+		t.Fatal("no address for us-1")
+	}
+	if out := runCLI(t, "status", "-addr", usAPI); !strings.Contains(out, "us-1 (us-east, us)") || !strings.Contains(out, "3 alive") {
+		t.Fatalf("status:\n%s", out)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("demo exited with %v\n%s", err, stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the demo did not exit within 30s of SIGINT")
+	}
+}

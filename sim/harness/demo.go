@@ -1,0 +1,271 @@
+package harness
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+// Demo is `llmesh demo`: a three-region mesh in one process on loopback.
+// Nodes eu-1 (eu-west), us-1 (us-east) and ap-1 (ap-south) gossip, hold
+// the Raft ledger together and forward to each other; emulated providers
+// stand in each region.
+type Demo struct {
+	Nodes   []*node.Node
+	Tenants []DemoTenant
+	emus    []*emulator.Emulator
+}
+
+// DemoTenant is one of the demo's tenants and its key.
+type DemoTenant struct {
+	Name, Key, Residency, Budget string
+}
+
+// demoRegions are the demo's regions and their jurisdictions.
+var demoRegions = []node.RegionSection{
+	{Name: "eu-west", Jurisdiction: "eu"},
+	{Name: "us-east", Jurisdiction: "us"},
+	{Name: "ap-south", Jurisdiction: "ap"},
+}
+
+// StartDemo starts the demo's emulators and nodes, the first node's HTTP
+// API on firstHTTP and the others on the next ports (port 0: any), and
+// returns once every node is ready.
+func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Demo, error) {
+	d := &Demo{}
+	ok := false
+	defer func() {
+		if !ok {
+			d.Shutdown(context.Background())
+		}
+	}()
+	emu := func(name string, tps float64, models map[string]emulator.Price) (string, error) {
+		c := emulator.DefaultConfig()
+		c.Name, c.Latency, c.TTFT, c.TPS, c.Models = name, 3*time.Millisecond, 60*time.Millisecond, tps, models
+		e, err := emulator.New(c)
+		if err != nil {
+			return "", err
+		}
+		if err := e.Start("127.0.0.1:0"); err != nil {
+			return "", err
+		}
+		d.emus = append(d.emus, e)
+		return e.URL(), nil
+	}
+	llama := map[string]emulator.Price{"meta-llama/Meta-Llama-3-8B-Instruct": {InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10}}
+	mini := map[string]emulator.Price{"gpt-4o-mini": {InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}
+	var replicas []string
+	for i := range 3 {
+		u, err := emu(fmt.Sprintf("gpu-eu-%d", i), 200, llama)
+		if err != nil {
+			return nil, err
+		}
+		replicas = append(replicas, u)
+	}
+	azureEU, err := emu("azure-eu", 150, mini)
+	if err != nil {
+		return nil, err
+	}
+	azureUS, err := emu("azure-us", 150, mini)
+	if err != nil {
+		return nil, err
+	}
+	openaiUS, err := emu("openai-us", 150, mergePrices(mini, llama))
+	if err != nil {
+		return nil, err
+	}
+	llamaModel := node.ModelSection{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10}
+	providers := []node.ProviderSection{
+		{Name: "gpu-eu", Kind: "openai", Region: "eu-west", Reach: "region", Jurisdictions: []string{"eu"},
+			BaseURL: replicas[0], Replicas: replicas, Models: []node.ModelSection{llamaModel}},
+		{Name: "azure-eu", Kind: "azure", Region: "eu-west", Reach: "global", Jurisdictions: []string{"eu"}, BaseURL: azureEU,
+			APIVersion: "2024-10-21", Models: []node.ModelSection{{Name: "gpt-4o-mini", Deployment: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}},
+		{Name: "azure-us", Kind: "azure", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, BaseURL: azureUS, Priority: 1,
+			APIVersion: "2024-10-21", Models: []node.ModelSection{{Name: "gpt-4o-mini", Deployment: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}},
+		{Name: "openai-us", Kind: "openai", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, BaseURL: openaiUS,
+			Models: []node.ModelSection{{Name: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60},
+				{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.20, OutputUSDPerMTok: 0.40}}},
+	}
+	var tenants []node.TenantSection
+	for _, t := range []DemoTenant{
+		{Name: "acme", Residency: "eu", Budget: "$5/day"},
+		{Name: "globex", Residency: "us", Budget: "$5/day"},
+		{Name: "initech", Budget: "$0.0001 in all"},
+	} {
+		key, err := NewKey("sk-demo-" + t.Name + "-")
+		if err != nil {
+			return nil, err
+		}
+		t.Key = key
+		d.Tenants = append(d.Tenants, t)
+		sum := sha256.Sum256([]byte(key))
+		ts := node.TenantSection{Name: t.Name, KeySHA256: []string{hex.EncodeToString(sum[:])}, Residency: t.Residency,
+			Budget: &node.BudgetSection{USD: 5, Period: "day"}}
+		if t.Name == "initech" {
+			ts.Budget = &node.BudgetSection{USD: 0.0001, Period: "total"}
+		}
+		tenants = append(tenants, ts)
+	}
+	host, port, err := net.SplitHostPort(firstHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("-http: %w", err)
+	}
+	first, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("-http: port %q: %w", port, err)
+	}
+	var seed string
+	for i, n := range [][2]string{{"eu-1", "eu-west"}, {"us-1", "us-east"}, {"ap-1", "ap-south"}} {
+		httpAddr := net.JoinHostPort(host, "0")
+		if first != 0 {
+			httpAddr = net.JoinHostPort(host, strconv.Itoa(first+i))
+		}
+		cfg := &node.Config{
+			Node: node.NodeSection{Name: n[0], Region: n[1], HTTP: httpAddr, Gossip: "127.0.0.1:0", RPC: "127.0.0.1:0",
+				Raft: "127.0.0.1:0", Voter: true, BootstrapExpect: 3, DataDir: "/nonexistent",
+				Drain: node.DrainSection{Grace: node.Duration(500 * time.Millisecond)}},
+			Regions: demoRegions, Providers: providers, Tenants: tenants,
+		}
+		if seed != "" {
+			cfg.Node.Join = []string{seed}
+		}
+		nd, err := node.New(cfg, node.Options{Logger: logger.With("node", n[0]), LedgerTuning: DevLedger, Version: "demo"})
+		if err != nil {
+			return nil, err
+		}
+		if err := nd.Start(ctx); err != nil {
+			return nil, err
+		}
+		d.Nodes = append(d.Nodes, nd)
+		if seed == "" {
+			seed = nd.Mesh().Addr()
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ready := 0
+		for _, nd := range d.Nodes {
+			if nd.Ready() {
+				ready++
+			}
+		}
+		if ready == len(d.Nodes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.New("the demo mesh did not become ready within 30s")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	ok = true
+	return d, nil
+}
+
+func mergePrices(ms ...map[string]emulator.Price) map[string]emulator.Price {
+	out := map[string]emulator.Price{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// DemoCall is one request of the demo's traffic and what became of it.
+type DemoCall struct {
+	Tenant, Entry, Model, Session, Residency string
+	Status                                   int
+	Code, Provider, Replica, Via, Route      string
+}
+
+// Traffic sends the demo's requests: each tenant at each node, a few
+// turns of two sessions on the GPU cluster, and initech (narrowing its
+// residency by header) until its budget runs out.
+func (d *Demo) Traffic(ctx context.Context) []DemoCall {
+	tenant := func(name string) DemoTenant {
+		for _, t := range d.Tenants {
+			if t.Name == name {
+				return t
+			}
+		}
+		return DemoTenant{}
+	}
+	var calls []DemoCall
+	send := func(tn string, entry int, model, session, residency string) {
+		t := tenant(tn)
+		nd := d.Nodes[entry]
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":12,"messages":[{"role":"user","content":"Hello from %s"}]}`, model, tn)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.HTTPAddr()+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+t.Key)
+		req.Header.Set("Content-Type", "application/json")
+		if session != "" {
+			req.Header.Set("X-LLMesh-Session", session)
+		}
+		if residency != "" {
+			req.Header.Set("X-LLMesh-Residency", residency)
+		}
+		c := DemoCall{Tenant: tn, Entry: nd.Name(), Model: model, Session: session, Residency: t.Residency}
+		if residency != "" {
+			c.Residency = residency + " (header)"
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			c.Code = err.Error()
+			calls = append(calls, c)
+			return
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		c.Status = resp.StatusCode
+		c.Provider, c.Replica, c.Via = resp.Header.Get("X-LLMesh-Provider"), resp.Header.Get("X-LLMesh-Replica"), resp.Header.Get("X-LLMesh-Via")
+		c.Route = resp.Header.Get("X-LLMesh-Route")
+		if resp.StatusCode != http.StatusOK {
+			if i := strings.Index(string(b), `"code":"`); i >= 0 {
+				c.Code = strings.SplitN(string(b[i+8:]), `"`, 2)[0]
+			}
+		}
+		calls = append(calls, c)
+	}
+	for entry := range d.Nodes {
+		send("acme", entry, "llama-3-8b", "", "")
+		send("acme", entry, "gpt-4o-mini", "", "")
+		send("globex", entry, "gpt-4o-mini", "", "")
+		send("globex", entry, "llama-3-8b", "", "")
+	}
+	for turn := range 3 {
+		send("acme", turn%3, "llama-3-8b", "chat-alice", "")
+		send("acme", turn%3, "llama-3-8b", "chat-bob", "")
+	}
+	for i := range 10 {
+		send("initech", 1, "gpt-4o-mini", "", []string{"us", "eu"}[i%2])
+	}
+	return calls
+}
+
+// Shutdown drains the nodes together, then stops the emulators.
+func (d *Demo) Shutdown(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, n := range d.Nodes {
+		wg.Go(func() { _ = n.Shutdown(ctx) })
+	}
+	wg.Wait()
+	for _, e := range d.emus {
+		_ = e.Shutdown(ctx)
+	}
+}
