@@ -42,9 +42,12 @@ type BudgetHolder struct {
 	leases  map[string]*localLease // the current period's lease, by tenant
 	retired []*localLease          // older periods, reported then released
 	need    map[string]Nanos       // escrow the request path found missing
-	synced  bool                   // a sync has succeeded
-	closing bool                   // giving the escrow back: reserve no more
-	crashed bool                   // stopping as a crash would: no last sync
+	// parked are tenants whose idle escrow this node gave back because
+	// the books had none left for others: it asks again only on need.
+	parked  map[string]bool
+	synced  bool // a sync has succeeded
+	closing bool // giving the escrow back: reserve no more
+	crashed bool // stopping as a crash would: no last sync
 	kick    chan struct{}
 }
 
@@ -58,10 +61,12 @@ type localLease struct {
 	reported       Nanos // spent as the leader last acknowledged
 	inflight       Nanos // reserved by attempts under way
 	expires        time.Time
-	remaining      Nanos   // the books' unleased budget at the last sync
-	largest        Nanos   // largest reservation seen, to size top-ups
-	peak           Nanos   // most reserved at once since the last sync
-	rate           float64 // spend per second, a moving average
+	remaining      Nanos     // the books' unleased budget at the last sync
+	headroom       Nanos     // the books' limit less settled, at the last sync
+	lastUse        time.Time // the last reservation on this lease, or its grant
+	largest        Nanos     // largest reservation seen, to size top-ups
+	peak           Nanos     // most reserved at once since the last sync
+	rate           float64   // spend per second, a moving average
 	rateAt         time.Time
 	rateSpent      Nanos
 }
@@ -78,7 +83,7 @@ func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, 
 	return &BudgetHolder{
 		node: node, boot: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
 		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now,
-		leases: map[string]*localLease{}, need: map[string]Nanos{}, kick: make(chan struct{}, 1),
+		leases: map[string]*localLease{}, need: map[string]Nanos{}, parked: map[string]bool{}, kick: make(chan struct{}, 1),
 	}
 }
 
@@ -122,13 +127,19 @@ func (h *BudgetHolder) Reserve(tenant string, usd float64, now time.Time) (route
 		l.inflight += upper
 		l.largest = max(l.largest, upper)
 		l.peak = max(l.peak, l.inflight)
+		l.lastUse = now
 		return &escrowHold{h: h, l: l, upper: upper}, nil
 	}
 	h.need[tenant] = max(h.need[tenant], upper)
 	h.kickLocked()
 	if l != nil && h.synced && l.free()+l.remaining < upper {
-		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
-			route.ErrBudgetExceeded, tenant, max(l.free()+l.remaining, 0), l.period, upper)
+		if l.headroom < upper {
+			return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
+				route.ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
+		}
+		// The rest of the budget is other nodes' escrow: in use, or idle
+		// and about to come back.
+		return nil, &route.RetryAfterError{After: time.Second, Msg: "the rest of the tenant's budget is held as escrow by other nodes; retry"}
 	}
 	return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
 }
@@ -190,6 +201,9 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	h.mu.Lock()
 	c := SyncCmd{Node: h.node, Epoch: h.epoch, TTL: int64(h.ttl)}
 	quiet := true
+	if !release {
+		h.parkIdleLocked(now)
+	}
 	all := append(h.retired[:len(h.retired):len(h.retired)], h.leaseList()...)
 	for _, l := range all {
 		retiring := release || h.isRetired(l)
@@ -284,6 +298,9 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	l := h.leases[tenant]
 	need := h.need[tenant]
 	if l == nil {
+		if h.parked[tenant] && need == 0 {
+			return 0
+		}
 		return max(need, minEscrow)
 	}
 	if !now.Before(l.expires) {
@@ -301,6 +318,27 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	return max(want, 0)
 }
 
+// parkIdleLocked gives back the escrow of leases idle for parkAfter
+// while the books have nothing left to grant: another node may need it,
+// and an idle node holding it would strand the rest of a small budget.
+// The tenant is parked: the node asks for escrow again when a request
+// needs it.
+func (h *BudgetHolder) parkIdleLocked(now time.Time) {
+	for tenant, l := range h.leases {
+		if l.remaining > 0 || l.inflight > 0 || l.spent != l.reported || l.free() <= 0 || h.need[tenant] > 0 ||
+			now.Sub(l.lastUse) < parkAfter {
+			continue
+		}
+		delete(h.leases, tenant)
+		h.retired = append(h.retired, l)
+		h.parked[tenant] = true
+	}
+}
+
+// parkAfter is how long a lease must go unused before it is given back
+// to a budget with nothing left unleased.
+const parkAfter = 5 * time.Second
+
 // minEscrow is the least escrow a node asks for: one cent.
 const minEscrow = NanosPerUSD / 100
 
@@ -315,7 +353,7 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 	for _, lv := range r.Leases {
 		l := h.find(lv.Tenant, lv.Period)
 		if l == nil {
-			l = &localLease{tenant: lv.Tenant, period: lv.Period, end: lv.End, rateAt: now}
+			l = &localLease{tenant: lv.Tenant, period: lv.Period, end: lv.End, rateAt: now, lastUse: now}
 			if cur := h.leases[lv.Tenant]; cur == nil || lv.End >= cur.end {
 				if cur != nil {
 					h.retired = append(h.retired, cur)
@@ -326,7 +364,10 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 			}
 		}
 		live[l] = true
-		l.granted, l.reported, l.remaining = lv.Granted, max(l.reported, lv.Spent), lv.Remaining
+		if !h.isRetired(l) {
+			delete(h.parked, lv.Tenant)
+		}
+		l.granted, l.reported, l.remaining, l.headroom = lv.Granted, max(l.reported, lv.Spent), lv.Remaining, lv.Headroom
 		// The leader gave the lease ExpiresIn from when it applied the
 		// sync, which is after now; spending stops a fifth of a lease
 		// earlier still, clear of any drift between the two clocks.

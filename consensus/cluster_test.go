@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmesh/llmesh/route"
+
 	"github.com/hashicorp/raft"
 )
 
@@ -322,4 +324,52 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) ti
 		time.Sleep(5 * time.Millisecond)
 	}
 	return time.Since(start)
+}
+
+// A small budget's escrow, all granted to a node that then idles, comes
+// back to the ledger once the books have nothing left, and reaches the
+// node that needs it: that node is told to retry (429), never that the
+// budget is exhausted (402), while nothing was spent.
+func TestIdleEscrowFlowsToTheNodeThatNeedsIt(t *testing.T) {
+	c := newSkewedCluster(t, 1, func(int) func() time.Time { return time.Now })
+	const limit = NanosPerUSD / 10_000 // $0.0001, less than one node's first escrow
+	seedCmd, _ := newCommand("seed-tiny", CmdSeedTenant, Tenant{Name: "tiny", Budget: &Budget{Limit: limit, Period: PeriodTotal}})
+	if _, err := c.apply(context.Background(), seedCmd); err != nil {
+		t.Fatal(err)
+	}
+	budgeted := func() map[string]bool { return map[string]bool{"tiny": true} }
+	var skewA atomic.Int64 // node A's clock runs ahead when the test says so
+	a := NewBudgetHolder("a", c.apply, budgeted)
+	a.interval, a.now = 10*time.Millisecond, func() time.Time { return time.Now().Add(time.Duration(skewA.Load())) }
+	b := NewBudgetHolder("b", c.apply, budgeted)
+	b.interval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var loops sync.WaitGroup
+	defer loops.Wait()
+	defer cancel()
+	loops.Go(func() { a.Run(ctx) })
+	eventually(t, 10*time.Second, "a to hold the whole budget", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		l := a.leases["tiny"]
+		return l != nil && l.granted == limit
+	})
+	loops.Go(func() { b.Run(ctx) })
+	eventually(t, 10*time.Second, "b to sync", func() bool { return b.Ready() })
+	const upper = 0.00002
+	if _, err := b.Reserve("tiny", upper, time.Now()); err == nil || errors.Is(err, route.ErrBudgetExceeded) {
+		t.Fatalf("b reserved with a's escrow out, or was told the budget is spent: %v", err)
+	}
+	skewA.Store(int64(2 * parkAfter)) // a has been idle long enough
+	var hold route.BudgetHold
+	eventually(t, 10*time.Second, "b to get escrow a gave back", func() bool {
+		h, err := b.Reserve("tiny", upper, time.Now())
+		if errors.Is(err, route.ErrBudgetExceeded) {
+			t.Fatalf("b was told the budget is spent: %v", err)
+		}
+		hold = h
+		return err == nil
+	})
+	hold.Settle(upper / 2)
 }

@@ -406,6 +406,10 @@ type LeaseView struct {
 	ExpiresIn int64 `json:"expires_in"`
 	// Remaining is what the tenant's books could still grant.
 	Remaining Nanos `json:"remaining"`
+	// Headroom is the limit less what was settled: what could still be
+	// spent in the period if every node gave its escrow back. A request
+	// costing more can never be served this period.
+	Headroom Nanos `json:"headroom"`
 }
 
 func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
@@ -521,6 +525,7 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 			r.Leases = append(r.Leases, LeaseView{
 				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
 				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
+				Headroom: max(b.Limit-b.Settled, 0),
 			})
 		}
 	}

@@ -74,6 +74,9 @@ func printDemoCalls(w io.Writer, calls []harness.DemoCall) {
 		if c.Code != "" {
 			answer += " " + c.Code
 		}
+		if c.Retries > 0 {
+			answer += fmt.Sprintf(" (after %d×429)", c.Retries)
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Tenant, dash(c.Residency), c.Entry, c.Model, dash(c.Session),
 			answer, dash(c.Provider), dash(c.Replica), dash(c.Via))
 	}

@@ -191,6 +191,7 @@ func mergePrices(ms ...map[string]emulator.Price) map[string]emulator.Price {
 type DemoCall struct {
 	Tenant, Entry, Model, Session, Residency string
 	Status                                   int
+	Retries                                  int // 429s retried before the answer
 	Code, Provider, Replica, Via, Route      string
 }
 
@@ -224,7 +225,24 @@ func (d *Demo) Traffic(ctx context.Context) []DemoCall {
 		if residency != "" {
 			c.Residency = residency + " (header)"
 		}
-		resp, err := http.DefaultClient.Do(req)
+		// As the OpenAI SDKs do, a 429 is retried after its Retry-After
+		// (here for up to fifteen seconds).
+		var resp *http.Response
+		var err error
+		for deadline := time.Now().Add(15 * time.Second); ; c.Retries++ {
+			r := req.Clone(ctx)
+			r.Body = io.NopCloser(strings.NewReader(body))
+			resp, err = http.DefaultClient.Do(r)
+			if err != nil || resp.StatusCode != http.StatusTooManyRequests || time.Now().After(deadline) {
+				break
+			}
+			resp.Body.Close()
+			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(max(wait, 1)) * time.Second):
+			}
+		}
 		if err != nil {
 			c.Code = err.Error()
 			calls = append(calls, c)
@@ -252,7 +270,7 @@ func (d *Demo) Traffic(ctx context.Context) []DemoCall {
 		send("acme", turn%3, "llama-3-8b", "chat-alice", "")
 		send("acme", turn%3, "llama-3-8b", "chat-bob", "")
 	}
-	for i := range 10 {
+	for i := range 14 {
 		send("initech", 1, "gpt-4o-mini", "", []string{"us", "eu"}[i%2])
 	}
 	return calls
