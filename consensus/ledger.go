@@ -30,6 +30,9 @@ const (
 	CmdSync       = "sync"        // a node reports usage and asks for escrow
 	CmdForfeit    = "forfeit"     // write off a node's unreported escrow as spent
 	CmdRateMark   = "rate_mark"   // rate shares may be held until a time
+	// CmdRateHandover records the rate shares a leader handing over
+	// leadership granted, so that the next one need not learn them.
+	CmdRateHandover = "rate_handover"
 )
 
 // dedupWindow is how long a command ID is remembered.
@@ -119,6 +122,9 @@ type state struct {
 	// stopped mattering (their lease and window over): a new leader that
 	// finds it in the future must learn what nodes hold before granting.
 	RatesUntil int64 `json:"rates_until,omitempty"`
+	// Handover is what the last leader granted, when it handed leadership
+	// over gracefully; the next mark clears it.
+	Handover *RateHandover `json:"rate_handover,omitempty"`
 }
 
 // Ledger is the pure state machine behind Raft: deterministic, no clock,
@@ -267,6 +273,13 @@ func (l *Ledger) apply(cmd Command) Result {
 			return fail(fmt.Errorf("%w: rate mark", ErrInvalid))
 		}
 		l.s.RatesUntil = max(l.s.RatesUntil, c.Until)
+		l.s.Handover = nil // a leader granting since: the record is stale
+	case CmdRateHandover:
+		var h RateHandover
+		if err := json.Unmarshal(cmd.Body, &h); err != nil {
+			return fail(fmt.Errorf("%w: rate handover", ErrInvalid))
+		}
+		l.s.Handover = &h
 	case CmdSync:
 		var c SyncCmd
 		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {
@@ -627,6 +640,10 @@ func (l *Ledger) Books() []BookView {
 
 // RatesUntil returns until when rate shares granted so far may matter.
 func (l *Ledger) RatesUntil() int64 { return l.s.RatesUntil }
+
+// Handover returns the rate shares the last leader recorded when it
+// handed leadership over, or nil.
+func (l *Ledger) Handover() *RateHandover { return l.s.Handover }
 
 // ExpiredLeases returns the nodes holding escrow in leases that expired
 // before t, sorted.

@@ -107,6 +107,94 @@ func (a *allocator) startLearning(now, marked time.Time) {
 	}
 }
 
+// RateHandover is what a leader handing over leadership granted: every
+// node's shares that may still matter, and its demand. The next leader
+// starts from it instead of learning for a lease and a window.
+type RateHandover struct {
+	At     int64       `json:"at"` // the handing leader's clock, Unix ns
+	Shares []HeldShare `json:"shares"`
+}
+
+// HeldShare is one node's shares of one provider, as a leader granted them.
+type HeldShare struct {
+	Provider string       `json:"provider"`
+	Node     string       `json:"node"`
+	WantRPM  float64      `json:"want_rpm"`
+	WantTPM  float64      `json:"want_tpm"`
+	Seen     int64        `json:"seen"`
+	Grants   []ShareGrant `json:"grants"`
+}
+
+// ShareGrant is one grant: until when, and how much.
+type ShareGrant struct {
+	Expires int64   `json:"expires"`
+	RPM     float64 `json:"rpm"`
+	TPM     float64 `json:"tpm"`
+}
+
+// handover stops granting and returns what the allocator granted, for
+// the next leader.
+func (a *allocator) handover(now time.Time) RateHandover {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ready = false
+	h := RateHandover{At: now.UnixNano(), Shares: []HeldShare{}}
+	for _, p := range sortedKeys(a.holders) {
+		hs := a.holders[p]
+		a.prune(hs, now)
+		for _, node := range sortedKeys(hs) {
+			ho := hs[node]
+			sh := HeldShare{Provider: p, Node: node, WantRPM: ho.wantRPM, WantTPM: ho.wantTPM, Seen: ho.seen.UnixNano()}
+			for _, g := range ho.grants {
+				sh.Grants = append(sh.Grants, ShareGrant{Expires: g.expires.UnixNano(), RPM: finite(g.rpm), TPM: finite(g.tpm)})
+			}
+			h.Shares = append(h.Shares, sh)
+		}
+	}
+	return h
+}
+
+// finite maps an unlimited share to -1 (JSON has no infinity).
+func finite(v float64) float64 {
+	if math.IsInf(v, 0) {
+		return -1
+	}
+	return v
+}
+
+// startFrom begins a new leader's term from a handover: it knows what
+// every node holds, so it grants at once. Grants count a second longer
+// than recorded, for the two leaders' clocks.
+func (a *allocator) startFrom(h *RateHandover, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.holders = map[string]map[string]*holding{}
+	a.ready = false
+	a.learnUntil = time.Time{}
+	for _, sh := range h.Shares {
+		hs := a.holders[sh.Provider]
+		if hs == nil {
+			hs = map[string]*holding{}
+			a.holders[sh.Provider] = hs
+		}
+		ho := &holding{wantRPM: sh.WantRPM, wantTPM: sh.WantTPM, seen: time.Unix(0, sh.Seen)}
+		for _, g := range sh.Grants {
+			rpm, tpm := g.RPM, g.TPM
+			if rpm < 0 {
+				rpm = math.Inf(1)
+			}
+			if tpm < 0 {
+				tpm = math.Inf(1)
+			}
+			ho.grants = append(ho.grants, grantRec{expires: time.Unix(0, g.Expires).Add(time.Second), rpm: rpm, tpm: tpm})
+		}
+		hs[sh.Node] = ho
+		if last := time.Unix(0, h.At); last.After(a.granted) {
+			a.granted = last
+		}
+	}
+}
+
 // setReady lets the allocator grant (ready) or stops it.
 func (a *allocator) setReady(ready bool) {
 	a.mu.Lock()

@@ -189,3 +189,64 @@ func TestRateHolderWithoutLease(t *testing.T) {
 		t.Fatal("admitted beyond the token share (1000/3)")
 	}
 }
+
+// A leader that hands leadership over records what it granted; the next
+// leader starts from that: a node holding nothing (just restarted) gets a
+// share at once, where a leader learning would give it none for a lease
+// and a window; and the shares handed out stay within the capacity.
+func TestRateHandoverSkipsLearning(t *testing.T) {
+	const capacity = 600
+	now := time.Unix(2_000_000, 0)
+	old := newAllocator(30*time.Second, time.Minute)
+	old.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
+	old.startLearning(now, time.Time{})
+	old.setReady(true)
+	held := map[string]float64{}
+	for _, n := range []string{"a", "b"} {
+		g, err := old.grant(n, []Demand{{Provider: "p", WantRPM: 100}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[n] = g[0].RPM
+	}
+	h := old.handover(now.Add(time.Second))
+	if _, err := old.grant("a", []Demand{{Provider: "p", WantRPM: 400}}, now); err == nil {
+		t.Fatal("the old leader still grants after its handover")
+	}
+	// Through the ledger, as a Raft command and a snapshot would carry it.
+	l := NewLedger()
+	c, _ := newCommand("h", CmdRateHandover, h)
+	c.Time = now.UnixNano()
+	if r := l.Apply(c); r.Err != "" {
+		t.Fatal(r.Err)
+	}
+	got := l.Handover()
+	next := func(from *RateHandover) *allocator {
+		a := newAllocator(30*time.Second, time.Minute)
+		a.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
+		if from != nil {
+			a.startFrom(from, now.Add(2*time.Second))
+		} else {
+			a.startLearning(now.Add(2*time.Second), now.Add(2*time.Minute))
+		}
+		a.setReady(true)
+		return a
+	}
+	taking := next(got)
+	g, err := taking.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(2*time.Second))
+	if err != nil || g[0].RPM <= 0 {
+		t.Fatalf("a restarted node got %v (%v) from a leader that took the handover over", g, err)
+	}
+	if total := held["a"] + held["b"] + g[0].RPM; total > capacity {
+		t.Fatalf("shares %v + %v for c: %v, more than the capacity %d", held, g[0].RPM, total, capacity)
+	}
+	learning := next(nil)
+	if g, _ := learning.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(2*time.Second)); g[0].RPM != 0 {
+		t.Fatalf("a learning leader granted %v to a node holding nothing", g[0].RPM)
+	}
+	// A mark by a leader granting since clears the record.
+	m, _ := newCommand("m", CmdRateMark, map[string]int64{"until": now.Add(time.Hour).UnixNano()})
+	if r := l.Apply(m); r.Err != "" || l.Handover() != nil {
+		t.Fatalf("a rate mark left the handover in place (%s)", r.Err)
+	}
+}

@@ -119,8 +119,11 @@ type Server struct {
 	leaderCh chan bool
 	stop     chan struct{}
 	nudge    chan struct{} // Reconcile's: the leader reconciles at once
-	wg       sync.WaitGroup
-	once     sync.Once
+	// handingOver is set while the leader hands leadership over: it
+	// grants no rate share and writes no rate mark.
+	handingOver atomic.Bool
+	wg          sync.WaitGroup
+	once        sync.Once
 
 	applyObserver func(time.Duration) // metrics
 }
@@ -388,8 +391,17 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	}
 	s.log.Info("raft leadership acquired")
 	var ratesUntil int64
-	s.fsm.Read(func(l *Ledger) { ratesUntil = l.RatesUntil() })
-	s.rates.startLearning(s.now(), time.Unix(0, ratesUntil))
+	var handover *RateHandover
+	s.fsm.Read(func(l *Ledger) { ratesUntil, handover = l.RatesUntil(), l.Handover() })
+	now := s.now()
+	if handover != nil && time.Unix(0, handover.At).Add(s.rates.lease+s.rates.window).After(now) {
+		// The last leader handed over what it granted: no need to learn.
+		s.rates.startFrom(handover, now)
+		s.log.Info("rate shares taken over from the last leader", "shares", len(handover.Shares))
+	} else {
+		s.rates.startLearning(now, time.Unix(0, ratesUntil))
+	}
+	s.handingOver.Store(false)
 	// Mark before the first grant: should this leader die right after
 	// granting, the next one must know that shares may be held.
 	first := s.now().Add(s.rates.lease + s.rates.window + 2*rateMarkEvery)
@@ -426,6 +438,9 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			s.syncCapacities()
 			s.forfeitGone()
 		case <-mark.C:
+			if s.handingOver.Load() {
+				continue // the handover record must stay the last word
+			}
 			// Record (once every few seconds, not per grant) until when
 			// the shares granted may matter, with room for the grants
 			// until the next mark.
@@ -673,11 +688,36 @@ func (s *Server) State() string {
 func (s *Server) Snapshot() error { return s.raft.Snapshot().Error() }
 
 // TransferLeadership hands leadership to another voter, if this one leads.
+//
+// It first stops granting rate shares and records in the ledger what it
+// granted, so that the next leader starts from that instead of learning
+// for a lease and a window (during which a node that holds nothing, one
+// just restarted, say, would get no share). Should the transfer fail, it
+// clears the record and grants again.
 func (s *Server) TransferLeadership() error {
 	if !s.IsLeader() {
 		return nil
 	}
-	return s.raft.LeadershipTransfer().Error()
+	s.handingOver.Store(true)
+	h := s.rates.handover(s.now())
+	c, err := newCommand("", CmdRateHandover, h)
+	if err == nil {
+		_, err = s.Apply(context.Background(), c)
+	}
+	if err == nil {
+		if err = s.raft.LeadershipTransfer().Error(); err == nil {
+			return nil
+		}
+	}
+	// Still the leader, or unsure: whoever leads next must learn, and
+	// this one grants again once that is recorded.
+	until := s.now().Add(s.rates.lease + s.rates.window + 2*rateMarkEvery)
+	mark, _ := newCommand("", CmdRateMark, map[string]int64{"until": until.UnixNano()})
+	if _, merr := s.Apply(context.Background(), mark); merr == nil {
+		s.handingOver.Store(false)
+		s.rates.setReady(true)
+	}
+	return err
 }
 
 // RemoveSelf asks the leader (this voter, if it leads) to drop this voter

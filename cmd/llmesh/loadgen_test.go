@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -204,7 +205,8 @@ type loadReport struct {
 	sent      int
 	ok        int
 	streams   int
-	budget402 int // the capped tenant's 402s and 429s
+	budget402 int            // the capped tenant's 402s and 429s
+	budgetWhy map[string]int // their messages
 	failures  []string
 	truncated []string
 	byNode    map[string]int
@@ -222,15 +224,15 @@ func (r *loadReport) firstFailures() ([]string, []string) {
 func (r *loadReport) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("sent %d: %d ok (%d streams), %d refused for the capped tenant's budget (402/429), %d failed, %d truncated; by node %v",
-		r.sent, r.ok, r.streams, r.budget402, len(r.failures), len(r.truncated), r.byNode)
+	return fmt.Sprintf("sent %d: %d ok (%d streams), %d refused for the capped tenant's budget (402/429: %v), %d failed, %d truncated; by node %v",
+		r.sent, r.ok, r.streams, r.budget402, r.budgetWhy, len(r.failures), len(r.truncated), r.byNode)
 }
 
 // load sends about rps requests per second over the balancer until ctx
 // ends, one in five a stream of 2–5 s, and waits for them all. Each
 // request is open-loop: it starts on time whatever the others do.
 func runLoad(ctx context.Context, b *balancer, tenants []loadTenant, rps int, pricePerTok float64) *loadReport {
-	rep := &loadReport{byNode: map[string]int{}, firstAt: map[string]time.Time{}, spendUSD: map[string]float64{}}
+	rep := &loadReport{byNode: map[string]int{}, firstAt: map[string]time.Time{}, spendUSD: map[string]float64{}, budgetWhy: map[string]int{}}
 	clients := make([]openai.Client, len(tenants))
 	for i, t := range tenants {
 		clients[i] = openai.NewClient(option.WithBaseURL("http://balancer.invalid/v1"), option.WithAPIKey(t.key),
@@ -284,6 +286,11 @@ func one(c openai.Client, t loadTenant, stream bool, maxTok, i int, price float6
 		// escrow left is held by other nodes, are its right answers.
 		if errors.As(err, &apiErr) && t.budgeted && (apiErr.StatusCode == http.StatusPaymentRequired || apiErr.StatusCode == http.StatusTooManyRequests) {
 			rep.budget402++
+			msg := apiErr.Message
+			if i := strings.Index(msg, " ("); i > 0 {
+				msg = msg[:i]
+			}
+			rep.budgetWhy[msg]++
 			return
 		}
 		if apiErr != nil {

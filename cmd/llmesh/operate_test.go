@@ -66,12 +66,9 @@ func sha(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// No provider has a mesh-wide rate limit here: a node restarted while a
-// new leader learns what nodes hold (one rate lease plus one window after
-// a leadership change) gets no share of a limited provider and answers
-// 429 for it, so a rolling restart would fail requests (8 of 2,242 when
-// cloud-us had limits: {rpm: 60000}). That is a known gap, not hidden:
-// see the README's changelog.
+// cloud-us has a mesh-wide rate limit, so that rate shares are leased
+// from the leader: a drained leader hands over what it granted, and a
+// node restarted meanwhile gets its share at once.
 //
 // startOpsMesh starts the emulated providers and three voters: eu-1
 // (eu-west, which alone reaches the eu GPU cluster), us-1 (us-east) and
@@ -99,7 +96,7 @@ func startOpsMesh(t *testing.T) *opsMesh {
 	m.emus = fmt.Sprintf(`providers:
   - {name: gpu-eu, region: eu-west, reach: region, base_url: %q, models: [%s]}
   - {name: cloud-eu, region: eu-west, base_url: %q, priority: 1, models: [%s]}
-  - {name: cloud-us, region: us-east, base_url: %q, models: [%s]}
+  - {name: cloud-us, region: us-east, base_url: %q, limits: {rpm: 60000}, models: [%s]}
 tenants:
   - {name: acme, key_sha256: [%s], residency: eu}
   - {name: globex, key_sha256: [%s], residency: us}
