@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -460,6 +461,12 @@ func (l *syncLog) add(line string) {
 	l.b.WriteString(line + "\n")
 }
 
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
 func (l *syncLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -540,4 +547,92 @@ func TestDemo(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the demo did not exit within 30s of SIGINT")
 	}
+}
+
+// SIGHUP reloads providers from the file: a provider added to it takes
+// traffic without a restart; a file that would change the node section
+// is refused (logged with the field) and the agent keeps serving.
+func TestSIGHUPReloads(t *testing.T) {
+	e1, e2 := startEmulator(t), startEmulator(t)
+	key := "sk-reload-test-key-0001"
+	dir := t.TempDir()
+	write := func(region string, providers string) string {
+		path := filepath.Join(dir, "node.yaml")
+		cfg := fmt.Sprintf(`node: {name: r1, region: %s, data_dir: %s, http: "127.0.0.1:0"}
+regions: [{name: eu-west, jurisdiction: eu}, {name: us-east, jurisdiction: us}]
+probes: {disabled: true}
+tenants: [{name: t, key_sha256: [%s]}]
+providers:
+%s`, region, dir, sha(key), providers)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	one := fmt.Sprintf("  - {name: first, region: eu-west, base_url: %q, models: [{name: m, input_usd_per_mtok: 5}]}\n", e1.URL())
+	two := one + fmt.Sprintf("  - {name: second, region: eu-west, base_url: %q, models: [{name: m, input_usd_per_mtok: 1}]}\n", e2.URL())
+	path := write("eu-west", one)
+	cmd := exec.Command(binary, "agent", "-config", path)
+	stderr := &syncLog{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var base string
+	for deadline := time.Now().Add(20 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
+		if m := regexp.MustCompile(`msg="node started".* http=(\S+)`).FindStringSubmatch(stderr.String()); m != nil {
+			base = "http://" + m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not start:\n%s", stderr)
+		}
+	}
+	provider := func() string {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("X-Llmesh-Provider")
+	}
+	if p := provider(); p != "first" {
+		t.Fatalf("before the reload: %q", p)
+	}
+	write("eu-west", two)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); provider() != "second"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cheaper provider added by SIGHUP took no traffic:\n%s", stderr)
+		}
+	}
+	write("us-east", two)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "node.region changed: restart the node"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a changed region was not refused by name:\n%s", stderr)
+		}
+	}
+	if p := provider(); p != "second" {
+		t.Fatalf("after a refused reload: %q", p)
+	}
+}
+
+func startEmulator(t *testing.T) *emulator.Emulator {
+	t.Helper()
+	e, err := emulator.New(emulator.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
 }
