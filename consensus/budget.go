@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,7 +45,10 @@ type BudgetHolder struct {
 	need    map[string]Nanos       // escrow the request path found missing
 	// parked are tenants whose idle escrow this node gave back because
 	// the books had none left for others: it asks again only on need.
-	parked  map[string]bool
+	parked map[string]bool
+	// backoff holds, for tenants whose too-small escrow this node gave
+	// back, when it may ask again.
+	backoff map[string]time.Time
 	synced  bool // a sync has succeeded
 	closing bool // giving the escrow back: reserve no more
 	crashed bool // stopping as a crash would: no last sync
@@ -83,7 +87,7 @@ func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, 
 	return &BudgetHolder{
 		node: node, boot: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
 		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now,
-		leases: map[string]*localLease{}, need: map[string]Nanos{}, parked: map[string]bool{}, kick: make(chan struct{}, 1),
+		leases: map[string]*localLease{}, need: map[string]Nanos{}, parked: map[string]bool{}, backoff: map[string]time.Time{}, kick: make(chan struct{}, 1),
 	}
 }
 
@@ -298,9 +302,10 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	l := h.leases[tenant]
 	need := h.need[tenant]
 	if l == nil {
-		if h.parked[tenant] && need == 0 {
+		if h.releasing(tenant) || now.Before(h.backoff[tenant]) || (h.parked[tenant] && need == 0) {
 			return 0
 		}
+		delete(h.backoff, tenant)
 		return max(need, minEscrow)
 	}
 	if !now.Before(l.expires) {
@@ -318,21 +323,50 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	return max(want, 0)
 }
 
-// parkIdleLocked gives back the escrow of leases idle for parkAfter
-// while the books have nothing left to grant: another node may need it,
-// and an idle node holding it would strand the rest of a small budget.
-// The tenant is parked: the node asks for escrow again when a request
-// needs it.
+// parkIdleLocked gives escrow back while the books have nothing left
+// unleased, in two cases:
+//
+//   - a lease idle for parkAfter: another node may need it, and an idle
+//     node holding it would strand the rest of a small budget. The tenant
+//     is parked: the node asks for escrow again when a request needs it;
+//   - a lease too small for what a request here needs, while the budget
+//     could still cover it (headroom): the escrow is fragmented over the
+//     nodes, none able to serve. The node gives its part back and waits a
+//     random one to three sync intervals before it asks again, so that
+//     one node gathers enough.
+//
+// Only a lease with nothing reserved and all spend reported is given
+// back.
 func (h *BudgetHolder) parkIdleLocked(now time.Time) {
 	for tenant, l := range h.leases {
-		if l.remaining > 0 || l.inflight > 0 || l.spent != l.reported || l.free() <= 0 || h.need[tenant] > 0 ||
-			now.Sub(l.lastUse) < parkAfter {
+		if l.remaining > 0 || l.inflight > 0 || l.spent != l.reported || l.free() <= 0 {
+			continue
+		}
+		need := h.need[tenant]
+		switch {
+		case need == 0 && now.Sub(l.lastUse) >= parkAfter:
+			h.parked[tenant] = true
+		case need > l.free() && l.headroom >= need:
+			h.backoff[tenant] = now.Add(h.interval + rand.N(2*h.interval+1))
+		default:
 			continue
 		}
 		delete(h.leases, tenant)
 		h.retired = append(h.retired, l)
-		h.parked[tenant] = true
 	}
+}
+
+// releasing reports whether a lease of tenant is being given back and
+// the ledger has not acknowledged it yet: until it has, the node asks
+// for no new lease of the tenant, whose grant it could mistake for the
+// old one.
+func (h *BudgetHolder) releasing(tenant string) bool {
+	for _, l := range h.retired {
+		if l.tenant == tenant {
+			return true
+		}
+	}
+	return false
 }
 
 // parkAfter is how long a lease must go unused before it is given back

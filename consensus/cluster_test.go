@@ -373,3 +373,64 @@ func TestIdleEscrowFlowsToTheNodeThatNeedsIt(t *testing.T) {
 	})
 	hold.Settle(upper / 2)
 }
+
+// A lease given back whose release is lost on the way is released again
+// before the node asks for a new lease of the tenant: its spend is
+// settled once, and the new escrow is the node's to spend.
+func TestParkedLeaseLostReleaseSettlesOnce(t *testing.T) {
+	c := newSkewedCluster(t, 1, func(int) func() time.Time { return time.Now })
+	const limit = NanosPerUSD / 10_000 // $0.0001
+	seedCmd, _ := newCommand("seed-tiny", CmdSeedTenant, Tenant{Name: "tiny", Budget: &Budget{Limit: limit, Period: PeriodTotal}})
+	if _, err := c.apply(context.Background(), seedCmd); err != nil {
+		t.Fatal(err)
+	}
+	var drop atomic.Bool
+	apply := func(ctx context.Context, cmd Command) (Result, error) {
+		if drop.CompareAndSwap(true, false) {
+			return Result{}, errors.New("lost on the way")
+		}
+		return c.apply(ctx, cmd)
+	}
+	var skew atomic.Int64
+	h := NewBudgetHolder("a", apply, func() map[string]bool { return map[string]bool{"tiny": true} })
+	h.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	ctx := context.Background()
+	sync := func() {
+		t.Helper()
+		if err := h.sync(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	hold, err := h.Reserve("tiny", 0.00003, h.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Settle(0.00003)
+	sync() // reports the spend
+	skew.Store(int64(2 * parkAfter))
+	drop.Store(true)
+	if err := h.sync(ctx, false); err == nil { // parks; the release is lost
+		t.Fatal("the dropped sync succeeded")
+	}
+	if _, err := h.Reserve("tiny", 0.00002, h.now()); err == nil {
+		t.Fatal("reserved from a parked lease")
+	}
+	for range 4 {
+		sync()
+	}
+	hold, err = h.Reserve("tiny", 0.00002, h.now())
+	if err != nil {
+		t.Fatalf("no new escrow after the release: %v", err)
+	}
+	hold.Settle(0.00001)
+	sync()
+	var books []BookView
+	if err := c.servers[c.leader()].ReadLinearizable(func(l *Ledger) { books = l.Books() }); err != nil {
+		t.Fatal(err)
+	}
+	b := books[0]
+	if want := RoundNanos(0.00004); b.Settled != want || b.Overspend != 0 {
+		t.Fatalf("settled %v (want %v), overspend %v", b.Settled, want, b.Overspend)
+	}
+}

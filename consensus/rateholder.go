@@ -254,8 +254,9 @@ func (h *RateHolder) Ready() bool {
 }
 
 // SetProviders follows a reload of the providers: shares of providers
-// still limited are kept, new ones start empty (until the next renewal,
-// which comes at once), those no longer limited are dropped.
+// still limited are kept, new ones start empty until the next renewal
+// (within the leader's refresh interval, a few seconds), those no longer
+// limited are dropped.
 func (h *RateHolder) SetProviders(providers []*route.Provider) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -109,10 +109,16 @@ func (a *allocator) startLearning(now, marked time.Time) {
 
 // RateHandover is what a leader handing over leadership granted: every
 // node's shares that may still matter, and its demand. The next leader
-// starts from it instead of learning for a lease and a window.
+// starts from it instead of learning for a lease and a window. Times are
+// relative to the handover, so that the two leaders' clocks need not
+// agree: the next leader counts them from when it reads the record,
+// which is later, so never too early.
 type RateHandover struct {
-	At     int64       `json:"at"` // the handing leader's clock, Unix ns
-	Shares []HeldShare `json:"shares"`
+	// LearnFor is how much longer the handing leader was itself still
+	// learning (it cannot vouch for shares its predecessor granted); the
+	// next leader goes on learning for that long. In ns.
+	LearnFor int64       `json:"learn_for,omitempty"`
+	Shares   []HeldShare `json:"shares"`
 }
 
 // HeldShare is one node's shares of one provider, as a leader granted them.
@@ -121,15 +127,15 @@ type HeldShare struct {
 	Node     string       `json:"node"`
 	WantRPM  float64      `json:"want_rpm"`
 	WantTPM  float64      `json:"want_tpm"`
-	Seen     int64        `json:"seen"`
 	Grants   []ShareGrant `json:"grants"`
 }
 
-// ShareGrant is one grant: until when, and how much.
+// ShareGrant is one grant: for how much longer it counts (its lease and
+// then the window, in ns), and how much. -1 stands for unlimited.
 type ShareGrant struct {
-	Expires int64   `json:"expires"`
-	RPM     float64 `json:"rpm"`
-	TPM     float64 `json:"tpm"`
+	CountsFor int64   `json:"counts_for"`
+	RPM       float64 `json:"rpm"`
+	TPM       float64 `json:"tpm"`
 }
 
 // handover stops granting and returns what the allocator granted, for
@@ -138,15 +144,22 @@ func (a *allocator) handover(now time.Time) RateHandover {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ready = false
-	h := RateHandover{At: now.UnixNano(), Shares: []HeldShare{}}
+	h := RateHandover{Shares: []HeldShare{}}
+	if now.Before(a.learnUntil) {
+		h.LearnFor = int64(a.learnUntil.Sub(now))
+	}
 	for _, p := range sortedKeys(a.holders) {
 		hs := a.holders[p]
 		a.prune(hs, now)
 		for _, node := range sortedKeys(hs) {
 			ho := hs[node]
-			sh := HeldShare{Provider: p, Node: node, WantRPM: ho.wantRPM, WantTPM: ho.wantTPM, Seen: ho.seen.UnixNano()}
+			sh := HeldShare{Provider: p, Node: node, WantRPM: ho.wantRPM, WantTPM: ho.wantTPM}
 			for _, g := range ho.grants {
-				sh.Grants = append(sh.Grants, ShareGrant{Expires: g.expires.UnixNano(), RPM: finite(g.rpm), TPM: finite(g.tpm)})
+				if left := g.expires.Add(a.window).Sub(now); left > 0 {
+					// The allocator counts a grant until its expiry plus the
+					// window: record that whole span as a shorter lease.
+					sh.Grants = append(sh.Grants, ShareGrant{CountsFor: int64(left), RPM: finite(g.rpm), TPM: finite(g.tpm)})
+				}
 			}
 			h.Shares = append(h.Shares, sh)
 		}
@@ -162,22 +175,29 @@ func finite(v float64) float64 {
 	return v
 }
 
+// handoverSlack is what the next leader adds to every span of a
+// handover: the time the record took to reach it is already on its side.
+const handoverSlack = time.Second
+
 // startFrom begins a new leader's term from a handover: it knows what
-// every node holds, so it grants at once. Grants count a second longer
-// than recorded, for the two leaders' clocks.
+// every node holds, so it grants at once (or, if the handing leader was
+// still learning, learns for the rest of that).
 func (a *allocator) startFrom(h *RateHandover, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.holders = map[string]map[string]*holding{}
 	a.ready = false
 	a.learnUntil = time.Time{}
+	if h.LearnFor > 0 {
+		a.learnUntil = now.Add(time.Duration(h.LearnFor) + handoverSlack)
+	}
 	for _, sh := range h.Shares {
 		hs := a.holders[sh.Provider]
 		if hs == nil {
 			hs = map[string]*holding{}
 			a.holders[sh.Provider] = hs
 		}
-		ho := &holding{wantRPM: sh.WantRPM, wantTPM: sh.WantTPM, seen: time.Unix(0, sh.Seen)}
+		ho := &holding{wantRPM: sh.WantRPM, wantTPM: sh.WantTPM, seen: now}
 		for _, g := range sh.Grants {
 			rpm, tpm := g.RPM, g.TPM
 			if rpm < 0 {
@@ -186,13 +206,22 @@ func (a *allocator) startFrom(h *RateHandover, now time.Time) {
 			if tpm < 0 {
 				tpm = math.Inf(1)
 			}
-			ho.grants = append(ho.grants, grantRec{expires: time.Unix(0, g.Expires).Add(time.Second), rpm: rpm, tpm: tpm})
+			// expires + window = now + CountsFor + slack.
+			exp := now.Add(time.Duration(g.CountsFor) + handoverSlack - a.window)
+			ho.grants = append(ho.grants, grantRec{expires: exp, rpm: rpm, tpm: tpm})
+			if last := exp.Add(-a.lease); last.After(a.granted) {
+				a.granted = last
+			}
 		}
 		hs[sh.Node] = ho
-		if last := time.Unix(0, h.At); last.After(a.granted) {
-			a.granted = last
-		}
 	}
+}
+
+// isReady reports whether the allocator grants.
+func (a *allocator) isReady() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ready
 }
 
 // setReady lets the allocator grant (ready) or stops it.

@@ -244,6 +244,30 @@ func TestRateHandoverSkipsLearning(t *testing.T) {
 	if g, _ := learning.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(2*time.Second)); g[0].RPM != 0 {
 		t.Fatalf("a learning leader granted %v to a node holding nothing", g[0].RPM)
 	}
+	// A next leader whose clock runs 30 s ahead still counts the old
+	// grants: the record's times are relative.
+	ahead := newAllocator(30*time.Second, time.Minute)
+	ahead.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
+	later := now.Add(32 * time.Second)
+	ahead.startFrom(got, later)
+	ahead.setReady(true)
+	if g, _ := ahead.grant("c", []Demand{{Provider: "p", WantRPM: 600}}, later); held["a"]+held["b"]+g[0].RPM > capacity {
+		t.Fatalf("a leader with a clock ahead granted %v beside %v", g[0].RPM, held)
+	}
+	// A leader that was itself still learning hands that over: the next
+	// one goes on learning, and gives a node holding nothing nothing.
+	learner := next(nil)
+	h2 := learner.handover(now.Add(3 * time.Second))
+	if h2.LearnFor <= 0 {
+		t.Fatal("a learning leader's handover does not say so")
+	}
+	heir := newAllocator(30*time.Second, time.Minute)
+	heir.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
+	heir.startFrom(&h2, now.Add(4*time.Second))
+	heir.setReady(true)
+	if g, _ := heir.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(4*time.Second)); g[0].RPM != 0 {
+		t.Fatalf("the heir of a learning leader granted %v to a node holding nothing", g[0].RPM)
+	}
 	// A mark by a leader granting since clears the record.
 	m, _ := newCommand("m", CmdRateMark, map[string]int64{"until": now.Add(time.Hour).UnixNano()})
 	if r := l.Apply(m); r.Err != "" || l.Handover() != nil {

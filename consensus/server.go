@@ -394,8 +394,10 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	var handover *RateHandover
 	s.fsm.Read(func(l *Ledger) { ratesUntil, handover = l.RatesUntil(), l.Handover() })
 	now := s.now()
-	if handover != nil && time.Unix(0, handover.At).Add(s.rates.lease+s.rates.window).After(now) {
-		// The last leader handed over what it granted: no need to learn.
+	if handover != nil {
+		// The last leader handed over what it granted, and no leader has
+		// granted since (a leader marks before it grants, and a mark
+		// clears the record): no need to learn.
 		s.rates.startFrom(handover, now)
 		s.log.Info("rate shares taken over from the last leader", "shares", len(handover.Shares))
 	} else {
@@ -441,6 +443,7 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			if s.handingOver.Load() {
 				continue // the handover record must stay the last word
 			}
+			s.rearmRates()
 			// Record (once every few seconds, not per grant) until when
 			// the shares granted may matter, with room for the grants
 			// until the next mark.
@@ -478,7 +481,7 @@ func (s *Server) reconcile() {
 	voters := s.cfg.Membership.Voters()
 	alive := map[string]bool{s.cfg.ID: true}
 	for _, v := range voters {
-		if v.State == "alive" {
+		if v.State != "failed" && v.State != "left" { // draining voters still vote
 			alive[v.ID] = true
 		}
 	}
@@ -709,15 +712,26 @@ func (s *Server) TransferLeadership() error {
 			return nil
 		}
 	}
-	// Still the leader, or unsure: whoever leads next must learn, and
-	// this one grants again once that is recorded.
+	// Still the leader, or unsure: this one grants again once a mark has
+	// cleared the record (whoever leads next must then learn). The
+	// leader loop retries the mark on its ticks should this one fail.
+	s.handingOver.Store(false)
+	s.rearmRates()
+	return err
+}
+
+// rearmRates has a leader that stopped granting (a handover that did not
+// happen) write a rate mark, which clears any handover record, and grant
+// again.
+func (s *Server) rearmRates() {
+	if !s.IsLeader() || s.rates.isReady() || s.handingOver.Load() {
+		return
+	}
 	until := s.now().Add(s.rates.lease + s.rates.window + 2*rateMarkEvery)
 	mark, _ := newCommand("", CmdRateMark, map[string]int64{"until": until.UnixNano()})
-	if _, merr := s.Apply(context.Background(), mark); merr == nil {
-		s.handingOver.Store(false)
+	if _, err := s.Apply(context.Background(), mark); err == nil {
 		s.rates.setReady(true)
 	}
-	return err
 }
 
 // RemoveSelf asks the leader (this voter, if it leads) to drop this voter

@@ -18,7 +18,7 @@ const (
 	phaseServing  = "serving"
 	phaseGrace    = "grace"     // announced; still accepting, handing requests to peers
 	phaseFinish   = "finishing" // no longer accepting; requests in flight finish
-	phaseSettle   = "settling"  // spend reported, escrow and rate shares handed back
+	phaseSettle   = "settling"  // spend reported, budget escrow handed back
 	phaseLeaving  = "leaving"   // leadership handed over, leaving Raft and gossip
 	phaseStopped  = "stopped"
 	handoffPeers  = 3 // peers a draining node tries before serving a request itself

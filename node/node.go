@@ -275,6 +275,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.ledger.run()
 	}
 	n.ln = ln
+	n.started = n.now()
 	go func() {
 		defer close(n.serveDone)
 		if err := n.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -284,7 +285,6 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.probes != nil {
 		n.loops.Go(func() { n.probes.run(n.stop) })
 	}
-	n.started = n.now()
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.region,
 		"providers", len(n.catalog().Providers()), "models", len(n.catalog().Models()))
@@ -346,7 +346,8 @@ func (n *Node) Name() string { return n.s.name }
 //     at it see no error), then stops accepting;
 //  3. requests and streams in flight, and those peers forwarded here,
 //     run to completion until ctx ends, when the rest are cut;
-//  4. spend is reported and budget escrow and rate shares handed back;
+//  4. spend is reported and budget escrow handed back (rate shares
+//     lapse: what was sent still counts in the provider's window);
 //  5. a voter that leads hands leadership to another voter;
 //  6. it leaves gossip (peers record it as left, not failed), and a voter
 //     waits, briefly, for the leader to remove it from Raft;

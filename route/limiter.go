@@ -49,8 +49,9 @@ func NewLimiter(providers []*Provider) *Limiter {
 }
 
 // SetProviders follows a reload of the providers: a provider whose rates
-// did not change keeps its buckets (and what they hold); others start
-// full.
+// did not change keeps its buckets (and what they hold); one whose rates
+// changed keeps what its buckets held, up to the new limits; a new one
+// starts full.
 func (l *Limiter) SetProviders(providers []*Provider) {
 	old := map[string]*rateBuckets{}
 	if m := l.buckets.Load(); m != nil {
@@ -61,14 +62,24 @@ func (l *Limiter) SetProviders(providers []*Provider) {
 		if p.RPM == 0 && p.TPM == 0 {
 			continue
 		}
-		if b := old[p.Name]; b != nil && b.req.perMinute == float64(p.RPM) && b.tok.perMinute == float64(p.TPM) {
+		b := old[p.Name]
+		if b != nil && b.req.perMinute == float64(p.RPM) && b.tok.perMinute == float64(p.TPM) {
 			m[p.Name] = b
 			continue
 		}
-		m[p.Name] = &rateBuckets{
+		nb := &rateBuckets{
 			req: bucket{perMinute: float64(p.RPM), level: float64(p.RPM)},
 			tok: bucket{perMinute: float64(p.TPM), level: float64(p.TPM)},
 		}
+		if b != nil {
+			// What was taken in the last minute still counts: a lowered
+			// limit must not admit a fresh minute's worth at once.
+			b.mu.Lock()
+			nb.req.level, nb.req.last = math.Min(b.req.level, nb.req.perMinute), b.req.last
+			nb.tok.level, nb.tok.last = math.Min(b.tok.level, nb.tok.perMinute), b.tok.last
+			b.mu.Unlock()
+		}
+		m[p.Name] = nb
 	}
 	l.buckets.Store(&m)
 }

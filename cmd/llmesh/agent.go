@@ -78,6 +78,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := untilSignal(stderr)
 	defer stop()
+	reload := reloads() // before Start: a SIGHUP must never kill the agent
 	if err := n.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
 		return 1
@@ -92,7 +93,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		printDevBanner(stdout, n.HTTPAddr(), devStack.Key)
 	}
-	for reload := reloads(); ; {
+	for {
 		select {
 		case <-ctx.Done(): // SIGINT or SIGTERM: drain
 		case <-n.Done(): // drained through the admin API

@@ -205,7 +205,8 @@ type loadReport struct {
 	sent      int
 	ok        int
 	streams   int
-	budget402 int            // the capped tenant's 402s and 429s
+	budget402 int            // the capped tenant's 402s
+	budget429 int            // and its 429s for escrow held elsewhere
 	budgetWhy map[string]int // their messages
 	failures  []string
 	truncated []string
@@ -224,8 +225,8 @@ func (r *loadReport) firstFailures() ([]string, []string) {
 func (r *loadReport) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("sent %d: %d ok (%d streams), %d refused for the capped tenant's budget (402/429: %v), %d failed, %d truncated; by node %v",
-		r.sent, r.ok, r.streams, r.budget402, r.budgetWhy, len(r.failures), len(r.truncated), r.byNode)
+	return fmt.Sprintf("sent %d: %d ok (%d streams), the capped tenant refused %d×402 and %d×429 (%v), %d failed, %d truncated; by node %v",
+		r.sent, r.ok, r.streams, r.budget402, r.budget429, r.budgetWhy, len(r.failures), len(r.truncated), r.byNode)
 }
 
 // load sends about rps requests per second over the balancer until ctx
@@ -283,15 +284,24 @@ func one(c openai.Client, t loadTenant, stream bool, maxTok, i int, price float6
 		rep.mu.Lock()
 		defer rep.mu.Unlock()
 		// The capped tenant's budget runs out: 402, or 429 while the
-		// escrow left is held by other nodes, are its right answers.
-		if errors.As(err, &apiErr) && t.budgeted && (apiErr.StatusCode == http.StatusPaymentRequired || apiErr.StatusCode == http.StatusTooManyRequests) {
-			rep.budget402++
+		// escrow left is held by other nodes or being renewed, are its
+		// right answers. (Its every provider answering 429 is the budget
+		// too: only cloud-us has a rate limit, and others serve it.)
+		if errors.As(err, &apiErr) && t.budgeted {
 			msg := apiErr.Message
 			if i := strings.Index(msg, " ("); i > 0 {
 				msg = msg[:i]
 			}
-			rep.budgetWhy[msg]++
-			return
+			switch {
+			case apiErr.StatusCode == http.StatusPaymentRequired:
+				rep.budget402++
+				rep.budgetWhy["402"]++
+				return
+			case apiErr.StatusCode == http.StatusTooManyRequests && (strings.Contains(msg, "escrow") || msg == "every provider tried is rate limited"):
+				rep.budget429++
+				rep.budgetWhy[msg]++
+				return
+			}
 		}
 		if apiErr != nil {
 			err = fmt.Errorf("%d %s: %s", apiErr.StatusCode, apiErr.Code, apiErr.Message)

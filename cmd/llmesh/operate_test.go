@@ -31,7 +31,7 @@ import (
 // opsBudget lasts a few seconds of the capped tenant's share of the load.
 const (
 	opsPrice  = 10.0 / 1e6
-	opsBudget = 0.02
+	opsBudget = 0.01
 	opsRPS    = 50
 )
 
@@ -280,6 +280,7 @@ func (m *opsMesh) awaitReady(name string, within time.Duration) {
 // what the clients were billed for, at the configured prices.
 func (m *opsMesh) checkBudget(rep *loadReport) {
 	m.t.Helper()
+	committed := -1.0 // settled + reserved, by the books
 	for _, n := range m.nodes {
 		if n.cmd.ProcessState != nil {
 			continue
@@ -300,19 +301,24 @@ func (m *opsMesh) checkBudget(rep *loadReport) {
 			if b.Tenant != "capped" {
 				continue
 			}
-			m.t.Logf("capped: limit $%.4f, settled $%.4f, reserved $%.4f, overspend $%.4f; clients billed $%.4f in %d requests answered 200",
-				b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.OverspendUSD, rep.spendUSD["capped"], rep.ok)
+			m.t.Logf("capped: limit $%.4f, settled $%.4f, reserved $%.4f, overspend $%.4f; clients billed $%.4f",
+				b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.OverspendUSD, rep.spendUSD["capped"])
 			if b.OverspendUSD != 0 || b.SettledUSD > b.LimitUSD+1e-9 {
 				m.t.Fatalf("the budget was overspent: %+v", b)
 			}
+			committed = b.SettledUSD + b.ReservedUSD
 		}
 		break
 	}
 	if rep.spendUSD["capped"] > opsBudget+1e-9 {
 		m.t.Fatalf("the capped tenant was served $%.6f, beyond its budget of $%g", rep.spendUSD["capped"], opsBudget)
 	}
-	if rep.budget402 == 0 {
-		m.t.Fatalf("the capped tenant's budget never ran out: the test did not test it (%s)", rep)
+	// The budget must have been pressed for the check to mean anything:
+	// all of it settled or held as escrow, and requests refused for it.
+	// (Whether they get 402 or 429 depends on where the escrow left sits:
+	// a killed node's stays reserved until its lease is written off.)
+	if committed < 0.9*opsBudget || rep.budget402+rep.budget429 == 0 {
+		m.t.Fatalf("the capped tenant's budget was not pressed (committed $%.4f of $%g): the test did not test it (%s)", committed, opsBudget, rep)
 	}
 }
 
