@@ -33,9 +33,9 @@ type balancer struct {
 	ready   map[string]bool
 	next    int
 	refused atomic.Int64 // connections refused and sent elsewhere
-	// inflight counts requests under way by the node they were sent to,
-	// until their answer's body is closed.
-	inflight  map[string]int
+	// spans are the requests sent, by node, until their answer's body
+	// is closed (a few thousand in a test).
+	spans     []reqSpan
 	transport *http.Transport
 	stop      chan struct{}
 	done      chan struct{}
@@ -44,7 +44,7 @@ type balancer struct {
 func newBalancer() *balancer {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
-	b := &balancer{nodes: map[string]string{}, ready: map[string]bool{}, inflight: map[string]int{}, transport: tr,
+	b := &balancer{nodes: map[string]string{}, ready: map[string]bool{}, transport: tr,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.poll()
 	return b
@@ -134,10 +134,10 @@ func (b *balancer) RoundTrip(r *http.Request) (*http.Response, error) {
 		if r.GetBody != nil {
 			req.Body, _ = r.GetBody()
 		}
-		b.add(name, 1)
+		span := b.begin(name)
 		resp, err := b.transport.RoundTrip(req)
 		if err != nil {
-			b.add(name, -1)
+			b.end(span)
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				b.refused.Add(1)
 				skip = append(skip, name)
@@ -145,7 +145,7 @@ func (b *balancer) RoundTrip(r *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		resp.Body = &countedBody{ReadCloser: resp.Body, done: func() { b.add(name, -1) }}
+		resp.Body = &countedBody{ReadCloser: resp.Body, done: func() { b.end(span) }}
 		return resp, nil
 	}
 }
@@ -168,17 +168,43 @@ func (b *balancer) awaitReady(n int, within time.Duration) bool {
 	return false
 }
 
-func (b *balancer) add(name string, d int) {
+// reqSpan is one request sent to a node: when it was sent, and when its
+// answer ended (zero while under way).
+type reqSpan struct {
+	node       string
+	start, end time.Time
+}
+
+func (b *balancer) begin(name string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.inflight[name] += d
+	b.spans = append(b.spans, reqSpan{node: name, start: time.Now()})
+	return len(b.spans) - 1
+}
+
+func (b *balancer) end(i int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.spans[i].end = time.Now()
 }
 
 // inFlight returns how many requests are under way at node name.
 func (b *balancer) inFlight(name string) int {
+	return b.inFlightDuring(name, time.Now(), time.Now())
+}
+
+// inFlightDuring returns how many requests to node name were under way
+// at some time between from and to: sent by to, not ended before from.
+func (b *balancer) inFlightDuring(name string, from, to time.Time) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inflight[name]
+	n := 0
+	for _, s := range b.spans {
+		if s.node == name && !s.start.After(to) && (s.end.IsZero() || !s.end.Before(from)) {
+			n++
+		}
+	}
+	return n
 }
 
 type countedBody struct {

@@ -388,12 +388,14 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 	if leader == "" {
 		t.Fatal("no leader")
 	}
-	inflight := m.lb.inFlight(leader)
 	killed := time.Now()
 	if err := m.nodes[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	m.waitExit(leader, 10*time.Second)
+	// In flight on it when it died: sent before its death was seen, not
+	// answered before the signal was sent.
+	inflight := m.lb.inFlightDuring(leader, killed, time.Now())
 	var elected time.Duration
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if l, _ := m.raft(); l != "" && l != leader {
