@@ -16,6 +16,7 @@ Usage:
   llmesh agent -config FILE         a node configured by FILE
   llmesh demo                       a three-region mesh in one process, a little traffic, where it went and why
   llmesh emulate -listen ADDR ...   a standalone OpenAI-compatible provider emulator
+  llmesh bench [-rate N] [-stream F] the node's cost against the emulator, a bare Go proxy and nginx
   llmesh members                    the mesh's nodes: region, address, state, estimated RTT
   llmesh providers                  the providers as the node sees them, with every node's reports
   llmesh join ADDR...               make the node join the mesh through gossip ADDRs
@@ -55,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runEmulate(args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "members":
 		return runMembers(args[1:], stdout, stderr)
 	case "providers":

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/llmesh/llmesh/sim/bench"
+)
+
+// runBench is `llmesh bench`: the same open-loop load sent, in
+// interleaved turns, straight to an emulated provider, through a bare
+// httputil.ReverseProxy, through nginx (when installed) and through an
+// llmesh node, each a process of its own; or, with -target, to one node
+// already running.
+func runBench(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "proxy" {
+		return runBenchProxy(args[1:], stderr)
+	}
+	cfg := bench.DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "open-loop requests per second")
+	fs.IntVar(&cfg.Closed, "closed", 0, "closed-loop `workers` instead of a rate (maximum throughput)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "load per target, in all")
+	fs.DurationVar(&cfg.Slice, "slice", cfg.Slice, "length of each target's turn")
+	fs.Float64Var(&cfg.Stream, "stream", 0, "fraction of requests that stream")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "answer length in tokens")
+	promptTokens := fs.Int("prompt-words", 2, "words in each prompt")
+	target := fs.String("target", "", "load only this node (`URL` up to /v1), with -key")
+	key := fs.String("key", "", "tenant key for -target")
+	tps := fs.Float64("tps", 0, "emulator tokens per second (0: as fast as it can)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg.Prompt = strings.TrimSpace(strings.Repeat("hello ", max(*promptTokens, 1)))
+	ctx, stop := untilSignal(stderr)
+	defer stop()
+	var targets []bench.Target
+	if *target != "" {
+		cfg.Key = *key
+		targets = []bench.Target{{Name: "node", URL: strings.TrimSuffix(*target, "/")}}
+	} else {
+		st, err := startBenchTargets(ctx, stderr, *tps)
+		if err != nil {
+			fmt.Fprintf(stderr, "llmesh bench: %v\n", err)
+			return 1
+		}
+		defer st.stop()
+		targets, cfg.Key = st.targets, st.key
+	}
+	rs, err := bench.Run(ctx, cfg, targets)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh bench: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(map[string]any{"config": cfg, "results": rs, "added_over_direct": bench.AddedOver(rs, "direct")}, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return 0
+	}
+	mode := fmt.Sprintf("open loop, %d requests/s", cfg.Rate)
+	if cfg.Closed > 0 {
+		mode = fmt.Sprintf("closed loop, %d workers", cfg.Closed)
+	}
+	fmt.Fprintf(stdout, "%s, %.0f%% streams, %d-token answers, %s per target in %s turns\n\n", mode, cfg.Stream*100, cfg.MaxTokens, cfg.Duration, cfg.Slice)
+	bench.Table(stdout, rs, "direct")
+	return 0
+}
+
+// benchTargets are the processes a bench run starts.
+type benchTargets struct {
+	targets []bench.Target
+	key     string
+	procs   []*exec.Cmd
+	dir     string
+}
+
+func (b *benchTargets) stop() {
+	for _, p := range b.procs {
+		_ = p.Process.Signal(os.Interrupt)
+	}
+	for _, p := range b.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = p.Process.Kill()
+		}
+	}
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
+// startBenchTargets starts the emulator, the bare proxy, nginx if it is
+// installed, and a node, each in its own process.
+func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64) (_ *benchTargets, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "llmesh-bench-*")
+	if err != nil {
+		return nil, err
+	}
+	b := &benchTargets{dir: dir, key: "sk-llmesh-bench-0000000000000000"}
+	defer func() {
+		if err != nil {
+			b.stop()
+		}
+	}()
+	start := func(name string, re *regexp.Regexp, cmd *exec.Cmd) (string, error) {
+		out, err := cmd.StderrPipe()
+		if err != nil {
+			return "", err
+		}
+		cmd.Stdout = cmd.Stderr
+		if err := cmd.Start(); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		b.procs = append(b.procs, cmd)
+		found := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(out)
+			sent := false
+			for sc.Scan() {
+				if m := re.FindStringSubmatch(sc.Text()); m != nil && !sent {
+					found <- m[1]
+					sent = true
+				}
+			}
+			if !sent {
+				close(found)
+			}
+		}()
+		select {
+		case addr, ok := <-found:
+			if !ok {
+				return "", fmt.Errorf("%s exited before it served", name)
+			}
+			return addr, nil
+		case <-time.After(20 * time.Second):
+			return "", fmt.Errorf("%s did not start within 20s", name)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	emu := exec.Command(self, "emulate", "-listen", "127.0.0.1:0", "-tps", fmt.Sprint(tps))
+	emuURL, err := start("emulator", regexp.MustCompile(`serving .* on (http://\S+)`), emu)
+	if err != nil {
+		return nil, err
+	}
+	b.targets = append(b.targets, bench.Target{Name: "direct", URL: emuURL + "/v1", PID: emu.Process.Pid})
+
+	proxy := exec.Command(self, "bench", "proxy", "-listen", "127.0.0.1:0", "-upstream", emuURL)
+	proxyAddr, err := start("proxy", regexp.MustCompile(`proxy listening on (\S+)`), proxy)
+	if err != nil {
+		return nil, err
+	}
+	b.targets = append(b.targets, bench.Target{Name: "go-proxy", URL: "http://" + proxyAddr + "/v1", PID: proxy.Process.Pid})
+
+	if nginx, err := exec.LookPath("nginx"); err == nil {
+		addr, pid, err := startNginx(nginx, dir, emuURL)
+		if err != nil {
+			fmt.Fprintf(stderr, "llmesh bench: nginx left out: %v\n", err)
+		} else {
+			b.procs = append(b.procs, pid)
+			b.targets = append(b.targets, bench.Target{Name: "nginx", URL: "http://" + addr + "/v1", PID: nginxWorker(pid.Process.Pid)})
+		}
+	} else {
+		fmt.Fprintln(stderr, "llmesh bench: nginx is not installed (apt-get install nginx-light): its column is left out")
+	}
+
+	sum := sha256.Sum256([]byte(b.key))
+	config := fmt.Sprintf(`node: {name: bench, region: local, data_dir: %s, http: "127.0.0.1:0"}
+regions: [{name: local, jurisdiction: xx}]
+probes: {disabled: true}
+tenants: [{name: bench, key_sha256: [%s]}]
+providers:
+  - {name: emulator, region: local, base_url: %q, models: [{name: gpt-4o-mini, input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6}]}
+`, dir, hex.EncodeToString(sum[:]), emuURL)
+	path := filepath.Join(dir, "node.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	// The node logs at warn: a line per request is not what is measured.
+	// Its address is chosen here, and it is up once /readyz answers.
+	nodeAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	node := exec.Command(self, "agent", "-config", path, "-http", nodeAddr, "-log-level", "warn")
+	node.Stdout, node.Stderr = stderr, stderr
+	if err := node.Start(); err != nil {
+		return nil, err
+	}
+	b.procs = append(b.procs, node)
+	if err := awaitReady("http://"+nodeAddr, 20*time.Second); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	b.targets = append(b.targets, bench.Target{Name: "llmesh", URL: "http://" + nodeAddr + "/v1", PID: node.Process.Pid})
+	return b, nil
+}
+
+// freeAddr returns a loopback address with a free port.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// awaitReady polls base/readyz until it answers 200.
+func awaitReady(base string, within time.Duration) error {
+	c := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err := c.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("not ready within %s", within)
+}
+
+// startNginx runs nginx as a plain reverse proxy to upstream, one worker,
+// keep-alive to the upstream, no buffering (streams pass as they come).
+func startNginx(nginx, dir, upstream string) (string, *exec.Cmd, error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return "", nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	conf := fmt.Sprintf(`worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s; proxy_temp_path %[1]s; fastcgi_temp_path %[1]s; uwsgi_temp_path %[1]s; scgi_temp_path %[1]s;
+  upstream emulator { server %[2]s; keepalive 512; }
+  server {
+    listen %[3]s;
+    location / {
+      proxy_pass http://emulator;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }
+  }
+}
+`, dir, u.Host, addr)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(nginx, "-p", dir, "-c", path)
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr, cmd, nil
+		}
+	}
+	_ = cmd.Process.Kill()
+	return "", nil, errors.New("nginx did not listen within 10s")
+}
+
+// nginxWorker finds the worker process of an nginx master (one worker),
+// whose CPU time is what proxying costs.
+func nginxWorker(master int) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+1:])
+			if len(f) > 1 && f[1] == fmt.Sprint(master) {
+				var pid int
+				fmt.Sscan(e.Name(), &pid)
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// runBenchProxy is the bare Go reverse proxy the node is measured
+// against: httputil.ReverseProxy with its defaults, flushing at once so
+// that streams pass as they come.
+func runBenchProxy(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "`address` to listen on")
+	upstream := fs.String("upstream", "", "upstream `URL`")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	u, err := url.Parse(*upstream)
+	if err != nil || u.Host == "" {
+		fmt.Fprintln(stderr, "llmesh bench proxy: -upstream must be a URL")
+		return 2
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.Transport = &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh bench proxy: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "proxy listening on %s\n", ln.Addr())
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := untilSignal(stderr)
+	defer stop()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(stderr, "llmesh bench proxy: %v\n", err)
+		return 1
+	}
+	return 0
+}
