@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -72,7 +73,7 @@ func (b *balancer) poll() {
 	c := &http.Client{Timeout: 500 * time.Millisecond}
 	for {
 		b.mu.Lock()
-		nodes := maps(b.nodes)
+		nodes := maps.Clone(b.nodes)
 		b.mu.Unlock()
 		for name, u := range nodes {
 			resp, err := c.Get(u + "/readyz")
@@ -90,14 +91,6 @@ func (b *balancer) poll() {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func maps(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // pick returns the next ready node other than those in skip.
