@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -213,12 +214,21 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 	var failed, served atomic.Int64
 	var killing atomic.Bool // count from the kill on
 	var codes sync.Map
+	var firstErr atomic.Pointer[[]byte]
 	var wg sync.WaitGroup
 	for _, u := range survivors {
 		for range 2 {
 			wg.Go(func() {
 				for ctx.Err() == nil {
-					resp := postTo(t, u, hello)
+					req, _ := http.NewRequest(http.MethodPost, u+"/v1/chat/completions", strings.NewReader(hello))
+					req.Header.Set("Authorization", "Bearer "+testKey)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
 					if !killing.Load() {
 						continue
 					}
@@ -228,6 +238,7 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 						failed.Add(1)
 						n, _ := codes.LoadOrStore(resp.StatusCode, new(atomic.Int64))
 						n.(*atomic.Int64).Add(1)
+						firstErr.CompareAndSwap(nil, &body)
 					}
 				}
 			})
@@ -249,6 +260,7 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 	t.Logf("leader %s killed; %s elected %v later; %d requests served meanwhile, %d failed", old, next, took, served.Load(), failed.Load())
 	if failed.Load() != 0 {
 		codes.Range(func(k, v any) bool { t.Logf("status %v: %d", k, v.(*atomic.Int64).Load()); return true })
+		t.Logf("first: %s", *firstErr.Load())
 		t.Fatalf("%d requests failed while the leader was replaced", failed.Load())
 	}
 	// Election: a follower waits its heartbeat timeout (1 s) plus up to
