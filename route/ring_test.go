@@ -171,4 +171,7 @@ func BenchmarkRingOrder(b *testing.B) {
 		r.Order(keys[i&1023], nil, now, buf[:0])
 		i++
 	}
+	if a := testing.AllocsPerRun(100, func() { r.Order(keys[7], nil, now, buf[:0]) }); a != 0 {
+		b.Fatalf("a session lookup allocates (%.0f): it must not", a)
+	}
 }
