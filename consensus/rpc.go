@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,7 +89,7 @@ func (c *Client) target() (string, error) {
 	if len(alive) == 0 {
 		return "", fmt.Errorf("%w: no voter is reachable", ErrNoLeader)
 	}
-	slices.SortFunc(alive, func(a, b VoterInfo) int { return cmpStr(a.ID, b.ID) })
+	slices.SortFunc(alive, func(a, b VoterInfo) int { return strings.Compare(a.ID, b.ID) })
 	return alive[int(time.Now().UnixNano()/int64(time.Second))%len(alive)].RPCAddr, nil
 }
 

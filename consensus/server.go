@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,7 +324,7 @@ func (s *Server) bootstrapLoop() {
 				servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
 			}
 		}
-		slices.SortFunc(servers, func(a, b raft.Server) int { return cmpStr(string(a.ID), string(b.ID)) })
+		slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
 		key := fmt.Sprint(servers)
 		if key != last {
 			last, stableSince = key, time.Now()
@@ -339,16 +340,6 @@ func (s *Server) bootstrapLoop() {
 		}
 		return
 	}
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // leaderWatch runs the leader's duties while this node leads.
@@ -658,7 +649,7 @@ func (s *Server) Peers() ([]Peer, error) {
 	for _, sv := range f.Configuration().Servers {
 		out = append(out, Peer{ID: string(sv.ID), Address: string(sv.Address), Voter: sv.Suffrage == raft.Voter, Leader: sv.ID == leader})
 	}
-	slices.SortFunc(out, func(a, b Peer) int { return cmpStr(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -311,13 +311,11 @@ func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNoLedger)
 		return
 	}
-	b, _, err := n.ledger.client.Read(r.Context(), "peers", false)
+	peers, err := n.ledger.peers(r.Context(), false)
 	if err != nil {
 		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return
 	}
-	var peers []consensus.Peer
-	_ = json.Unmarshal(b, &peers)
 	writeJSON(w, http.StatusOK, map[string]any{"peers": peers})
 }
 

@@ -99,23 +99,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 		body []byte
 	}{{"unary", benchBody}, {"stream", benchStreamBody}} {
 		b.Run(tc.name, func(b *testing.B) {
-			targets := []string{direct, viaProxy, viaNode}
-			lat := make([][]time.Duration, len(targets))
-			for _, u := range targets {
-				doBench(b, c, u, tc.body)
-			}
-			for b.Loop() {
-				for i, u := range targets {
-					t0 := time.Now()
-					doBench(b, c, u, tc.body)
-					lat[i] = append(lat[i], time.Since(t0))
-				}
-			}
-			pct := func(i int, p float64) float64 {
-				s := slices.Clone(lat[i])
-				slices.Sort(s)
-				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
-			}
+			pct := interleaved(b, []string{direct, viaProxy, viaNode}, func(u string) { doBench(b, c, u, tc.body) })
 			for _, p := range []struct {
 				name string
 				q    float64
@@ -155,23 +139,7 @@ func BenchmarkForwardHop(b *testing.B) {
 		body []byte
 	}{{"unary", benchBody}, {"stream", benchStreamBody}} {
 		b.Run(tc.name, func(b *testing.B) {
-			targets := []string{f.urls["eu"], f.urls["us"]}
-			lat := make([][]time.Duration, len(targets))
-			for _, u := range targets {
-				send(u, tc.body)
-			}
-			for b.Loop() {
-				for i, u := range targets {
-					t0 := time.Now()
-					send(u, tc.body)
-					lat[i] = append(lat[i], time.Since(t0))
-				}
-			}
-			pct := func(i int, p float64) float64 {
-				s := slices.Clone(lat[i])
-				slices.Sort(s)
-				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
-			}
+			pct := interleaved(b, []string{f.urls["eu"], f.urls["us"]}, func(u string) { send(u, tc.body) })
 			for _, p := range []struct {
 				name string
 				q    float64
@@ -182,5 +150,29 @@ func BenchmarkForwardHop(b *testing.B) {
 			}
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// interleaved sends one request to each target in turn, every iteration,
+// so that machine noise hits them alike, and returns the percentile (in
+// µs) of target i's latencies.
+func interleaved(b *testing.B, targets []string, send func(string)) (pct func(i int, q float64) float64) {
+	lat := make([][]time.Duration, len(targets))
+	for _, u := range targets {
+		send(u) // warm the pools
+	}
+	for b.Loop() {
+		for i, u := range targets {
+			t0 := time.Now()
+			send(u)
+			lat[i] = append(lat[i], time.Since(t0))
+		}
+	}
+	for i := range lat {
+		slices.Sort(lat[i])
+	}
+	return func(i int, q float64) float64 {
+		s := lat[i]
+		return float64(s[min(len(s)-1, int(q*float64(len(s))))].Microseconds())
 	}
 }

@@ -15,13 +15,20 @@ import (
 
 // Drain phases, as GET /v1/mesh/status reports them.
 const (
-	phaseServing  = "serving"
-	phaseGrace    = "grace"     // announced; still accepting, handing requests to peers
-	phaseFinish   = "finishing" // no longer accepting; requests in flight finish
-	phaseSettle   = "settling"  // spend reported, budget escrow handed back
-	phaseLeaving  = "leaving"   // leadership handed over, leaving Raft and gossip
-	phaseStopped  = "stopped"
-	handoffPeers  = 3 // peers a draining node tries before serving a request itself
+	phaseServing = "serving"
+	phaseGrace   = "grace"     // announced; still accepting, handing requests to peers
+	phaseFinish  = "finishing" // no longer accepting; requests in flight finish
+	phaseSettle  = "settling"  // spend reported, budget escrow handed back
+	phaseLeaving = "leaving"   // leadership handed over, leaving Raft and gossip
+	phaseStopped = "stopped"
+)
+
+const (
+	// maxHandoffPeers is how many peers a draining node tries before it
+	// serves a request itself.
+	maxHandoffPeers = 3
+	// removeTimeout bounds how long a leaving voter waits to be removed
+	// from the Raft configuration.
 	removeTimeout = 10 * time.Second
 )
 
@@ -158,10 +165,10 @@ func (n *Node) handoffPeers(req *route.Request) []peerInfo {
 			}
 			return 1
 		}
-		if c := cmp.Compare(a.RTT, b.RTT); c != 0 && (a.RTT-b.RTT > time.Millisecond || b.RTT-a.RTT > time.Millisecond) {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.Load, b.Load), cmp.Compare(a.Name, b.Name))
+		// RTTs in the same millisecond count as equal: then the less
+		// loaded peer goes first.
+		return cmp.Or(cmp.Compare(a.RTT/time.Millisecond, b.RTT/time.Millisecond),
+			cmp.Compare(a.Load, b.Load), cmp.Compare(a.Name, b.Name))
 	})
-	return out[:min(len(out), handoffPeers)]
+	return out[:min(len(out), maxHandoffPeers)]
 }

@@ -104,14 +104,15 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		return refuse(err)
 	}
 	streaming = chat.Stream
-	if n.catalog().Serves(chat.Model) {
+	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
+	if rt.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
 	req := &route.Request{
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
 		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
 	}
-	plan, err := n.planner().Plan(req, start)
+	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
 		return refuse(err)
 	}

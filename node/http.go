@@ -154,7 +154,8 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream = chat.Stream
-	if n.catalog().Serves(chat.Model) {
+	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
+	if rt.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
 	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: requestID(r)}
@@ -188,7 +189,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	plan, err := n.planner().Plan(req, start)
+	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
 		status = writeError(w, err)
 		return

@@ -283,15 +283,25 @@ func (l *ledger) soleVoter() bool {
 func (l *ledger) peersElsewhere(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	b, _, err := l.client.Read(rctx, "peers", true) // served by the leader
-	if err != nil {
-		return false
-	}
-	var peers []consensus.Peer
-	if json.Unmarshal(b, &peers) != nil || len(peers) == 0 {
+	peers, err := l.peers(rctx, true) // served by the leader
+	if err != nil || len(peers) == 0 {
 		return false
 	}
 	return !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.name })
+}
+
+// peers reads the Raft configuration: from the leader when
+// linearizable, else from any voter (this one if it is one).
+func (l *ledger) peers(ctx context.Context, linearizable bool) ([]consensus.Peer, error) {
+	b, _, err := l.client.Read(ctx, "peers", linearizable)
+	if err != nil {
+		return nil, err
+	}
+	var peers []consensus.Peer
+	if err := json.Unmarshal(b, &peers); err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
+	return peers, nil
 }
 
 // close stops Raft and the client.

@@ -2,13 +2,11 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
-
-	"github.com/llmesh/llmesh/consensus"
 )
 
 // Status is GET /v1/mesh/status: one node's view of itself and the mesh.
@@ -111,12 +109,7 @@ func (n *Node) Status(ctx context.Context) Status {
 			}
 			st.RateShares = append(st.RateShares, info)
 		}
-		slices.SortFunc(st.RateShares, func(a, b RateShareInfo) int {
-			if a.Provider < b.Provider {
-				return -1
-			}
-			return 1
-		})
+		slices.SortFunc(st.RateShares, func(a, b RateShareInfo) int { return strings.Compare(a.Provider, b.Provider) })
 	}
 	return st
 }
@@ -125,12 +118,10 @@ func (n *Node) Status(ctx context.Context) Status {
 func (l *ledger) leaderName(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	b, _, err := l.client.Read(ctx, "peers", false)
+	peers, err := l.peers(ctx, false)
 	if err != nil {
 		return ""
 	}
-	var peers []consensus.Peer
-	_ = json.Unmarshal(b, &peers)
 	for _, p := range peers {
 		if p.Leader {
 			return p.ID

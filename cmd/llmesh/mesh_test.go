@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -69,14 +68,7 @@ func runCLI(t *testing.T, args ...string) string {
 // by `llmesh join`, and reads them back with `llmesh members` and
 // `llmesh providers`.
 func TestOperatorVerbsOnAMesh(t *testing.T) {
-	e, err := emulator.New(emulator.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	e := startEmulator(t, emulator.DefaultConfig())
 	key := strings.TrimSpace(runCLI(t, "keygen"))
 	if len(key) != 44 {
 		t.Fatalf("keygen printed %q", key)

@@ -81,15 +81,7 @@ func startOpsMesh(t *testing.T) *opsMesh {
 	emu := func(name string) string {
 		cfg := emulator.DefaultConfig()
 		cfg.Name, cfg.TPS, cfg.Latency = name, 20, 5*time.Millisecond
-		e, err := emulator.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-		return e.URL()
+		return startEmulator(t, cfg).URL()
 	}
 	m := &opsMesh{t: t, nodes: map[string]*opsNode{}, lb: newBalancer()}
 	t.Cleanup(m.lb.close)
@@ -256,16 +248,8 @@ func (m *opsMesh) waitExit(name string, within time.Duration) int {
 // awaitReady waits until the node answers /readyz 200.
 func (m *opsMesh) awaitReady(name string, within time.Duration) {
 	m.t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(m.nodes[name].http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	if awaitReady(m.nodes[name].http, within) == nil {
+		return
 	}
 	var logs strings.Builder
 	for other, n := range m.nodes {
@@ -561,7 +545,7 @@ func TestDemo(t *testing.T) {
 // traffic without a restart; a file that would change the node section
 // is refused (logged with the field) and the agent keeps serving.
 func TestSIGHUPReloads(t *testing.T) {
-	e1, e2 := startEmulator(t), startEmulator(t)
+	e1, e2 := startEmulator(t, emulator.DefaultConfig()), startEmulator(t, emulator.DefaultConfig())
 	key := "sk-reload-test-key-0001"
 	dir := t.TempDir()
 	write := func(region string, providers string) string {
@@ -632,9 +616,10 @@ providers:
 	}
 }
 
-func startEmulator(t *testing.T) *emulator.Emulator {
+// startEmulator runs an emulated provider until the test ends.
+func startEmulator(t *testing.T, cfg emulator.Config) *emulator.Emulator {
 	t.Helper()
-	e, err := emulator.New(emulator.DefaultConfig())
+	e, err := emulator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
