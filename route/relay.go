@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -17,17 +18,24 @@ var (
 )
 
 // maxCountedStream bounds what a stream keeps to count its tokens when the
-// provider reports no usage; beyond it, the count is an estimate.
-const maxCountedStream = 1 << 20
+// provider reports no usage (most do, at the end): every open stream holds
+// up to this much until then. The events beyond it are counted at the
+// rate of those kept.
+const maxCountedStream = 16 << 10
 
-// relayState is reused across streams: it holds the write buffer and the
-// copy of a stream's events kept for counting.
+// relayState is reused across streams: it holds the event reader and its
+// buffer, the write buffer and the copy of a stream's events kept for
+// counting. A fresh read buffer per stream was a third of all the bytes a
+// stream allocated.
 type relayState struct {
+	rd   sseReader
 	out  []byte
 	kept []byte
 }
 
-var relayStates = sync.Pool{New: func() any { return &relayState{out: make([]byte, 0, 4<<10)} }}
+var relayStates = sync.Pool{New: func() any {
+	return &relayState{rd: sseReader{br: bufio.NewReaderSize(nil, sseBufferSize)}, out: make([]byte, 0, 4<<10)}
+}}
 
 // relay copies a stream's events to sink as they arrive. The first data
 // event commits the response; before it, every failure is the caller's to
@@ -39,16 +47,19 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 	}
 	st := relayStates.Get().(*relayState)
 	defer func() {
+		st.rd.reset(nil, 0)
 		st.out, st.kept = st.out[:0], st.kept[:0]
 		relayStates.Put(st)
 	}()
-	rd := newSSEReader(resp.Body, e.cfg.MaxEventBytes)
+	rd := &st.rd
+	rd.reset(resp.Body, e.cfg.MaxEventBytes)
 	var (
-		finished    int // choices that reported a finish_reason
-		sawUsage    bool
-		sawDone     bool
-		sawErrEvent bool // the provider's own error event was relayed
-		streamErr   *attemptResult
+		finished     int // choices that reported a finish_reason
+		sawUsage     bool
+		sawDone      bool
+		sawErrEvent  bool // the provider's own error event was relayed
+		kept, beyond int  // events kept for counting, and those past the bound
+		streamErr    *attemptResult
 	)
 	write := func(b []byte) bool {
 		if _, err := sink.Write(b); err != nil {
@@ -100,8 +111,17 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 			skip = !req.Chat.IncludeUsage && isUsageOnly(ev.Data)
 		}
 		finished += countFinishes(ev.Data)
-		if !sawUsage && len(st.kept)+len(ev.Data) < maxCountedStream {
-			st.kept = append(append(st.kept, ev.Data...), '\n')
+		if !sawUsage {
+			// The kept events are the first ones, so that the rest
+			// continue them.
+			if beyond == 0 && len(st.kept)+len(ev.Data) < maxCountedStream {
+				// NUL ends an event: valid JSON holds it nowhere, while an
+				// event of several data lines holds newlines.
+				st.kept = append(append(st.kept, ev.Data...), 0)
+				kept++
+			} else {
+				beyond++
+			}
 		}
 		if !skip {
 			st.out = appendEvent(st.out[:0], ev.Data)
@@ -126,7 +146,7 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 	if a.committed {
 		a.known = true
 		if !sawUsage {
-			a.usage, a.counted = e.countStream(req, st.kept), true
+			a.usage, a.counted = e.countStream(req, st.kept, kept, beyond), true
 		}
 	}
 	if a.Outcome == OutcomeCanceled {
@@ -146,7 +166,7 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 			}
 		}
 		if sawDone {
-			drainAfterDone(resp, timer)
+			drainAfterDone(resp, timer, st.out[:cap(st.out)])
 		}
 		return a
 	}
@@ -190,42 +210,121 @@ func appendEvent(b, data []byte) []byte {
 // chunked body, already on its way — so the connection can be reused. An
 // upstream that keeps the body open gets a tenth of a second, then loses
 // its connection; the client already has [DONE].
-func drainAfterDone(resp *http.Response, timer *time.Timer) {
+func drainAfterDone(resp *http.Response, timer *time.Timer, buf []byte) {
 	timer.Reset(100 * time.Millisecond)
-	var b [512]byte
 	for range 8 {
-		if _, err := resp.Body.Read(b[:]); err != nil {
+		if _, err := resp.Body.Read(buf); err != nil {
 			return
 		}
 	}
 }
 
 // chunkUsage returns the usage a chunk carries, if it carries one (not
-// null). It looks for the key first so that ordinary chunks cost no
-// decoding.
+// null). Ordinary chunks — with no usage, or the "usage":null that every
+// chunk carries when usage was asked for — cost a search or two for the
+// key; the usage chunk decodes only its usage object.
 func chunkUsage(data []byte) (Usage, bool) {
-	i := bytes.Index(data, []byte(`"usage"`))
-	if i < 0 {
+	if !bytes.Contains(data, []byte(`"usage"`)) ||
+		bytes.Contains(data, []byte(`"usage":null`)) && !bytes.Contains(data, []byte(`"usage":{`)) {
 		return Usage{}, false
 	}
-	if v := skipColon(data, i+len(`"usage"`)); v >= len(data) || data[v] != '{' {
+	v, ok := topValue(data, `"usage"`)
+	if !ok || data[v] != '{' {
 		return Usage{}, false
 	}
-	var c struct {
-		Usage *Usage `json:"usage"`
-	}
-	if json.Unmarshal(data, &c) != nil || c.Usage == nil {
+	end := valueEnd(data, v)
+	if end < 0 {
 		return Usage{}, false
 	}
-	return *c.Usage, true
+	var u Usage
+	if json.Unmarshal(data[v:end], &u) != nil {
+		return Usage{}, false
+	}
+	return u, true
 }
 
 // isUsageOnly reports whether a chunk is the final usage chunk: no choices.
 func isUsageOnly(data []byte) bool {
-	var c struct {
-		Choices []json.RawMessage `json:"choices"`
+	v, ok := topValue(data, `"choices"`)
+	if !ok || data[v] == 'n' {
+		return true
 	}
-	return json.Unmarshal(data, &c) == nil && len(c.Choices) == 0
+	return data[v] == '[' && skipSpace(data, v+1) < len(data) && data[skipSpace(data, v+1)] == ']'
+}
+
+// topValue returns the index of the value of the top-level member key
+// (quoted) of the object in data. It walks the members without decoding
+// them, and upstream input is not trusted to be valid: anything malformed
+// is not found.
+func topValue(data []byte, key string) (int, bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return 0, false
+	}
+	for i = skipSpace(data, i+1); i < len(data) && data[i] == '"'; {
+		kend := valueEnd(data, i)
+		if kend < 0 {
+			return 0, false
+		}
+		name := data[i:kend]
+		if i = skipSpace(data, kend); i >= len(data) || data[i] != ':' {
+			return 0, false
+		}
+		v := skipSpace(data, i+1)
+		if v >= len(data) {
+			return 0, false
+		}
+		if string(name) == key {
+			return v, true
+		}
+		end := valueEnd(data, v)
+		if end < 0 {
+			return 0, false
+		}
+		if i = skipSpace(data, end); i >= len(data) || data[i] != ',' {
+			return 0, false
+		}
+		i = skipSpace(data, i+1)
+	}
+	return 0, false
+}
+
+// valueEnd returns the index just past the value starting at data[i], or
+// -1 when it does not end within data.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for j := i; j < len(data); j++ {
+		switch c := data[j]; c {
+		case '"':
+			for j++; j < len(data) && data[j] != '"'; j++ {
+				if data[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(data) {
+				return -1
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return j + 1
+			} else if depth < 0 {
+				return j // a scalar ended by its container
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	if depth == 0 && len(data) > i {
+		return len(data) // a scalar at the very end
+	}
+	return -1
 }
 
 // countFinishes counts the non-null finish_reason values in a chunk.
@@ -254,11 +353,13 @@ func skipColon(b []byte, i int) int {
 }
 
 // countStream counts the usage of a stream that reported none, from the
-// events it kept.
-func (e *Executor) countStream(req *Request, kept []byte) Usage {
+// events it kept; the events beyond those are taken to hold as many tokens
+// each as the kept ones did (an estimate, within about one event's tokens
+// of the truth for a steady stream).
+func (e *Executor) countStream(req *Request, kept []byte, keptEvents, beyond int) Usage {
 	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
 	var text strings.Builder
-	for line := range bytes.SplitSeq(kept, []byte("\n")) {
+	for line := range bytes.SplitSeq(kept, []byte{0}) {
 		var c struct {
 			Choices []struct {
 				Delta struct {
@@ -279,5 +380,8 @@ func (e *Executor) countStream(req *Request, kept []byte) Usage {
 		}
 	}
 	u.CompletionTokens = e.tokens.Count(text.String())
+	if beyond > 0 && keptEvents > 0 {
+		u.CompletionTokens += (u.CompletionTokens*beyond + keptEvents - 1) / keptEvents
+	}
 	return u
 }

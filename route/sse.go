@@ -29,8 +29,25 @@ type sseReader struct {
 	hasData bool
 }
 
+// sseBufferSize is the read buffer of a stream: chunks are a few hundred
+// bytes, so it holds a burst of them; a longer line is read past it. Every
+// open stream holds one, so it is small.
+const sseBufferSize = 4 << 10
+
 func newSSEReader(r io.Reader, maxEvent int) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
+	return &sseReader{br: bufio.NewReaderSize(r, sseBufferSize), max: maxEvent}
+}
+
+// reset makes s read r afresh, keeping its buffers; a nil r lets go of the
+// last one. An event larger than the read buffer grows data, which is not
+// kept beyond the buffer's size.
+func (s *sseReader) reset(r io.Reader, maxEvent int) {
+	s.br.Reset(r)
+	s.max = maxEvent
+	if cap(s.data) > 16<<10 { // after an unusually large event
+		s.data = nil
+	}
+	s.data, s.hasData = s.data[:0], false
 }
 
 // eventBuffered reports whether a whole further event is already in

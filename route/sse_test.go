@@ -1,6 +1,7 @@
 package route
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -86,4 +87,36 @@ func TestChunkInspection(t *testing.T) {
 	if countFinishes([]byte(two)) != 2 {
 		t.Fatal("two finishes not counted")
 	}
+	// Content that mentions a usage key before the real one, with
+	// details, and chunks that are cut short or broken.
+	mention := `{"choices":[],"x":"a,\"usage\":{\"prompt_tokens\":9}","usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":1}}}`
+	if u, ok := chunkUsage([]byte(mention)); !ok || u != (Usage{PromptTokens: 3, CompletionTokens: 4}) || !isUsageOnly([]byte(mention)) {
+		t.Fatalf("usage after a mention: %+v %v", u, ok)
+	}
+	for _, bad := range []string{`{"usage":{"prompt_tokens":3`, `{"usage":`, `{"usage"`, `{"usage":{"prompt_tokens":"3"}}`, `{"usage":{"a":"}`} {
+		if u, ok := chunkUsage([]byte(bad)); ok {
+			t.Fatalf("%s: took %+v", bad, u)
+		}
+	}
+	if isUsageOnly([]byte(`{"choices":[{}],"usage":{}}`)) || !isUsageOnly([]byte(`{"choices":null,"usage":{}}`)) || !isUsageOnly([]byte(`{"choices": [ ] ,"usage":{}}`)) {
+		t.Fatal("isUsageOnly")
+	}
+}
+
+func FuzzChunkUsage(f *testing.F) {
+	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7}}`))
+	f.Add([]byte(`{"usage":{"a":"\"}"}}`))
+	f.Add([]byte(`{"choices":[{"usage":{"prompt_tokens":1}}], "usage" : {"prompt_tokens":2} }`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u, ok := chunkUsage(data)
+		// Whatever the bytes, no panic; and a usage found in valid JSON
+		// is the top-level one.
+		var c struct {
+			Usage *Usage `json:"usage"`
+		}
+		if ok && json.Valid(data) && json.Unmarshal(data, &c) == nil && c.Usage != nil && *c.Usage != u {
+			t.Fatalf("found %+v, the chunk says %+v", u, *c.Usage)
+		}
+		_ = isUsageOnly(data)
+	})
 }
