@@ -85,7 +85,7 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		return nil
 	case '"':
 		c.Set = true
-		return json.Unmarshal(b, &c.Text)
+		return decodeString(b, &c.Text)
 	case '[':
 		c.Set = true
 		if err := json.Unmarshal(b, &c.Parts); err != nil {
@@ -201,10 +201,7 @@ func (r *ChatRequest) decodeMessages(v []byte) error {
 	if v[0] != '[' {
 		return invalid("messages", "must be an array of messages")
 	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(v, &raws); err != nil {
-		return invalid("messages", "must be an array of messages")
-	}
+	raws := scanArray(v)
 	r.Messages = make([]Message, len(raws))
 	for i, raw := range raws {
 		m := &r.Messages[i]
@@ -212,7 +209,7 @@ func (r *ChatRequest) decodeMessages(v []byte) error {
 		if raw[0] != '{' {
 			return invalid(param, "must be an object")
 		}
-		if err := json.Unmarshal(raw, m); err != nil {
+		if err := m.decode(raw); err != nil {
 			return fieldError(param, err)
 		}
 		if !validRoles[m.Role] {
@@ -365,6 +362,85 @@ func withIncludeUsage(v []byte) []byte {
 	return b
 }
 
+// decode sets m from raw, a JSON object that json.Valid accepted, as
+// json.Unmarshal would but for member names, which match exactly (as
+// providers read them), and without decoding or re-validating a string
+// content that needs no unescaping: a prompt of 8,000 tokens is 30 KiB or
+// more, and passing over it once more costs more than everything else the
+// node does with the request.
+func (m *Message) decode(raw []byte) error {
+	return eachMember(raw, func(key string, v []byte) error {
+		var err error
+		switch key {
+		case "role":
+			err = decodeString(v, &m.Role)
+		case "name":
+			err = decodeString(v, &m.Name)
+		case "tool_call_id":
+			err = decodeString(v, &m.ToolCallID)
+		case "content":
+			err = m.Content.UnmarshalJSON(v)
+		case "tool_calls":
+			m.ToolCalls = nil
+			err = json.Unmarshal(v, &m.ToolCalls)
+		}
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
+			if te.Field == "" {
+				te.Field = key
+			} else {
+				te.Field = key + "." + te.Field
+			}
+		}
+		return err
+	})
+}
+
+// decodeString decodes a JSON string (or null, which leaves dst as it is)
+// that json.Valid accepted; one without escapes is copied, not decoded.
+func decodeString(v []byte, dst *string) error {
+	if v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		*dst = string(v[1 : len(v)-1])
+		return nil
+	}
+	return json.Unmarshal(v, dst)
+}
+
+// eachMember calls fn with the name and value of each member of the
+// object b, which json.Valid accepted, in order, until fn fails.
+func eachMember(b []byte, fn func(key string, v []byte) error) error {
+	i := skipSpace(b, skipSpace(b, 0)+1)
+	for i < len(b) && b[i] != '}' {
+		kend := skipString(b, i)
+		key, err := unquoteKey(b[i:kend])
+		if err != nil {
+			return err
+		}
+		i = skipSpace(b, skipSpace(b, kend)+1) // past ':'
+		vend := skipValue(b, i)
+		if err := fn(key, b[i:vend]); err != nil {
+			return err
+		}
+		if i = skipSpace(b, vend); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return nil
+}
+
+// scanArray returns the elements of the array b, which json.Valid accepted.
+func scanArray(b []byte) [][]byte {
+	var out [][]byte
+	i := skipSpace(b, skipSpace(b, 0)+1)
+	for i < len(b) && b[i] != ']' {
+		end := skipValue(b, i)
+		out = append(out, b[i:end])
+		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return out
+}
+
 // scanObject lists the top-level members of b, which json.Valid accepted.
 func scanObject(b []byte) ([]member, error) {
 	i := skipSpace(b, 0)
@@ -439,15 +515,20 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string starting at b[i].
+// skipString returns the index just past the string starting at b[i]: the
+// first quote not escaped by an odd run of backslashes. It searches for
+// quotes rather than walking every byte, as prompts are long strings.
 func skipString(b []byte, i int) int {
-	for j := i + 1; ; j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
+	for j := i + 1; ; {
+		q := j + bytes.IndexByte(b[j:], '"')
+		k := q
+		for k > j && b[k-1] == '\\' {
+			k--
 		}
+		if (q-k)%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
 }
 

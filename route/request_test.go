@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,6 +179,21 @@ func FuzzParseChatRequest(f *testing.F) {
 		if r.Model == "" || len(r.Messages) == 0 || r.N < 1 {
 			t.Fatalf("accepted an invalid request: %+v", r)
 		}
+		// Messages decode as encoding/json decodes them, where member
+		// names cannot match in another case (which encoding/json allows).
+		if bytes.Equal(bytes.ToLower(body), body) && !bytes.Contains(body, []byte(`\u`)) {
+			var doc struct{ Messages []Message }
+			if err := json.Unmarshal(body, &doc); err != nil {
+				t.Fatalf("accepted what encoding/json refuses: %v", err)
+			}
+			for i, m := range doc.Messages {
+				g := r.Messages[i]
+				if g.Role != m.Role || g.Name != m.Name || g.ToolCallID != m.ToolCallID || g.Content.Text != m.Content.Text ||
+					g.Content.Set != m.Content.Set || len(g.Content.Parts) != len(m.Content.Parts) || len(g.ToolCalls) != len(m.ToolCalls) {
+					t.Fatalf("message %d decoded as %+v, encoding/json says %+v", i, g, m)
+				}
+			}
+		}
 		// Whatever was accepted must rewrite to valid JSON with the new
 		// model and the same other members.
 		for _, model := range []string{r.Model, "other/\"model\""} {
@@ -226,4 +242,42 @@ func TestManyFieldsAreLinear(t *testing.T) {
 	if _, err := ParseChatRequest([]byte(dupAtEnd)); err == nil || !strings.Contains(err.Error(), "k7: is given more than once") {
 		t.Fatalf("late duplicate: %v", err)
 	}
+}
+
+// BenchmarkLargePrompt is what an 8,000-token prompt costs the hot path:
+// parsing the request and estimating its tokens. For contrast, exact is
+// what counting it with the tokenizer would cost, which the hot path does
+// not do.
+func BenchmarkLargePrompt(b *testing.B) {
+	var words strings.Builder
+	vocab := strings.Fields("the mesh routes every request to the cheapest provider that is healthy fast enough within quota and budget and allowed to see the data")
+	for i := 0; words.Len() < 45000; i++ {
+		words.WriteString(vocab[i%len(vocab)])
+		words.WriteByte(' ')
+	}
+	text := words.String()
+	content, _ := json.Marshal(text)
+	body := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":` + string(content) + `}]}`)
+	tokens := Tokenizer{}.Count(text)
+	if tokens < 7000 || tokens > 9000 {
+		b.Fatalf("the prompt is %d tokens, want about 8,000", tokens)
+	}
+	b.Run("parse+estimate", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			r, err := ParseChatRequest(body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, upper := r.PromptEstimate(); upper < tokens {
+				b.Fatalf("upper bound %d below the %d tokens", upper, tokens)
+			}
+		}
+	})
+	b.Run("exact", func(b *testing.B) {
+		for b.Loop() {
+			Tokenizer{}.Count(text)
+		}
+	})
 }
