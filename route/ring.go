@@ -40,6 +40,7 @@ type Ring struct {
 	seated   []atomic.Int64 // active sessions seated, by replica
 	seed     maphash.Seed
 	shards   [ringShards]ringShard
+	cursor   atomic.Uint32 // the shard the next Seat looks after, besides its own
 }
 
 type ringShard struct {
@@ -225,6 +226,14 @@ func moveExcludedLast(order []int, excluded func(int) bool) []int {
 func (r *Ring) Seat(key string, i int, now time.Time) {
 	if key == "" {
 		return
+	}
+	// Each Seat also looks after one other shard in turn, so that expired
+	// seats in shards no new session hashes to stop counting too.
+	if o := &r.shards[r.cursor.Add(1)%ringShards]; o.mu.TryLock() {
+		if now.Sub(o.swept) > r.ttl/8 {
+			r.sweep(o, now, 0)
+		}
+		o.mu.Unlock()
 	}
 	sh := r.shard(key)
 	sh.mu.Lock()
