@@ -185,6 +185,44 @@ func TestStreamWithoutDoneOrUsage(t *testing.T) {
 	}
 }
 
+// A long stream without usage is counted from what the node keeps of it
+// (a bounded part) and the rate of the rest; an event of several data
+// lines counts as one.
+func TestLongStreamWithoutUsageIsCounted(t *testing.T) {
+	pad := strings.Repeat("x", 150)
+	u := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 300 {
+			if i == 1 {
+				fmt.Fprintf(w, "data: {\"system_fingerprint\":%q,\n", pad)
+				fmt.Fprint(w, "data: \"choices\":[{\"index\":0,\"delta\":{\"content\":\" hello\"},\"finish_reason\":null}]}\n\n")
+				continue
+			}
+			fmt.Fprintf(w, "data: {\"system_fingerprint\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":\" hello\"},\"finish_reason\":null}]}\n\n", pad)
+		}
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	})
+	f := startNode(t, nil, withBroken(u))
+	resp := f.post(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	out := readAll(t, resp.Body)
+	if resp.StatusCode != 200 || strings.Count(out, `" hello"`) != 300 || !strings.HasSuffix(out, "data: [DONE]\n\n") {
+		t.Fatalf("%d, %d events relayed", resp.StatusCode, strings.Count(out, `" hello"`))
+	}
+	// 300 tokens; the estimate of the part not kept may be off by the
+	// tokens of about one event.
+	metrics := readAll(t, mustGet(t, f.url+"/metrics").Body)
+	key := `llmesh_tokens_total{direction="completion",model="gpt-4o-mini",provider="broken"} `
+	i := strings.Index(metrics, key)
+	if i < 0 {
+		t.Fatalf("no completion tokens in the metrics")
+	}
+	var got int
+	fmt.Sscan(metrics[i+len(key):], &got)
+	if got < 299 || got > 302 {
+		t.Fatalf("counted %d completion tokens, want 300 (±2)", got)
+	}
+}
+
 // Slow clients cannot hold the node: headers and bodies have deadlines.
 func TestSlowClientsAreCutOff(t *testing.T) {
 	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"slices"
 	"strconv"
@@ -31,7 +32,8 @@ func (n *Node) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.name})
 	}))
 	mux.HandleFunc("/readyz", n.only(http.MethodGet, n.readyz))
-	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})
+	mux.HandleFunc("/metrics", n.only(http.MethodGet, metrics.ServeHTTP))
 	mux.HandleFunc("/v1/mesh/members", n.only(http.MethodGet, n.admin(n.members)))
 	mux.HandleFunc("/v1/mesh/providers", n.only(http.MethodGet, n.admin(n.providers)))
 	mux.HandleFunc("/v1/mesh/join", n.only(http.MethodPost, n.admin(n.join)))
@@ -43,15 +45,33 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/drain", n.only(http.MethodPost, n.admin(n.drain)))
 	mux.HandleFunc("/v1/mesh/leave", n.only(http.MethodPost, n.admin(n.drain)))
 	mux.HandleFunc("/v1/route/explain", n.only(http.MethodPost, n.explain))
+	// Go's profiles, for the operator: CPU, heap, allocations, goroutines,
+	// mutex and block (see SetMutexProfileFraction). No write deadline: a
+	// CPU profile or trace takes as long as asked.
+	for path, h := range map[string]http.HandlerFunc{
+		"/debug/pprof/": pprof.Index, "/debug/pprof/cmdline": pprof.Cmdline, "/debug/pprof/profile": pprof.Profile,
+		"/debug/pprof/symbol": pprof.Symbol, "/debug/pprof/trace": pprof.Trace,
+	} {
+		mux.HandleFunc(path, n.admin(func(w http.ResponseWriter, r *http.Request) {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			h(w, r)
+		}))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.clientWrite))
 		writeError(w, errNotFound)
 	})
 	return mux
 }
 
-// only answers 405 in OpenAI's shape to methods other than method.
+// only answers 405 in OpenAI's shape to methods other than method. Every
+// answer is written under a write deadline of its own (the server has no
+// WriteTimeout, which would cut streams): a client that does not read is
+// let go, and what an earlier request on the connection left does not
+// fail this one. Streams move theirs forward as they flow (httpSink).
 func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.clientWrite))
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header()["Allow"] = []string{method}
 			writeError(w, errMethod)
@@ -121,6 +141,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		n.inFlight.Add(-1)
 	}()
 	w.Header()["X-Llmesh-Node"] = []string{n.s.name}
+	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
 
 	var (
 		model  = "unknown"
@@ -175,7 +196,6 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
 	if n.draining.Load() {
 		// Clients and load balancers still sending here learn from
 		// Connection: close and /readyz to go elsewhere; this request a
@@ -342,15 +362,19 @@ func (n *Node) account(start time.Time, tenant, model, provider string, status i
 	}
 }
 
-// httpSink is a route.ResponseSink over the client's HTTP response. Every
-// write carries its own deadline: a client that stops reading is cut off
-// after clientWrite, while a stream that keeps flowing runs as long as it
-// needs.
+// httpSink is a route.ResponseSink over the client's HTTP response. A
+// client that stops reading is cut off after clientWrite, while a stream
+// that keeps flowing runs as long as it needs: the write deadline moves
+// forward as the stream flows. Moving it costs a runtime timer update, so
+// it moves only when it has come within three quarters of the timeout —
+// the cut-off lies between 3/4 and all of clientWrite after the last
+// successful write.
 type httpSink struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	status  int
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	timeout  time.Duration
+	status   int
+	deadline time.Time
 }
 
 func (s *httpSink) Header() http.Header { return s.w.Header() }
@@ -360,12 +384,20 @@ func (s *httpSink) WriteHeader(status int) {
 	s.w.WriteHeader(status)
 }
 
+func (s *httpSink) extend() {
+	now := time.Now()
+	if s.deadline.Sub(now) < s.timeout*3/4 {
+		s.deadline = now.Add(s.timeout)
+		_ = s.rc.SetWriteDeadline(s.deadline)
+	}
+}
+
 func (s *httpSink) Write(p []byte) (int, error) {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	s.extend()
 	return s.w.Write(p)
 }
 
 func (s *httpSink) Flush() error {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	s.extend()
 	return s.rc.Flush()
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,24 +126,31 @@ func soak(t testing.TB, target, key string, n, conc int) (bad int64, firstBad st
 
 var bad64 int64
 
-// TestStreamSoak relays 10,000 streams through a node, one client
-// connection at a time and sixteen at once: every one ends with its finish
-// chunk and [DONE].
+// TestStreamSoak relays 10,000 streams through a node (LLMESH_SOAK_STREAMS
+// sets another number, e.g. 100000), one client connection at a time and
+// sixteen at once: every one ends with its finish chunk and [DONE].
 func TestStreamSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak test skipped in -short mode")
 	}
+	n := 10000
+	if v := os.Getenv("LLMESH_SOAK_STREAMS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("LLMESH_SOAK_STREAMS=%q: want a positive count", v)
+		}
+	}
 	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, nil)
 	for _, conc := range []int{1, 16} {
 		start := time.Now()
-		bad, why := soak(t, f.url+"/v1/chat/completions", testKey, 10000, conc)
-		t.Logf("%d at a time: 10000 streams in %v, %d incomplete", conc, time.Since(start).Round(time.Millisecond), bad)
+		bad, why := soak(t, f.url+"/v1/chat/completions", testKey, n, conc)
+		t.Logf("%d at a time: %d streams in %v, %d incomplete", conc, n, time.Since(start).Round(time.Millisecond), bad)
 		if bad != 0 {
-			t.Fatalf("%d at a time: %d of 10000 streams incomplete; first: %s", conc, bad, why)
+			t.Fatalf("%d at a time: %d of %d streams incomplete; first: %s", conc, bad, n, why)
 		}
 	}
-	if st := f.emus["p"].Stats(); st.StreamsCompleted != 20000 {
-		t.Fatalf("provider completed %d streams, want 20000", st.StreamsCompleted)
+	if st := f.emus["p"].Stats(); st.StreamsCompleted != int64(2*n) {
+		t.Fatalf("provider completed %d streams, want %d", st.StreamsCompleted, 2*n)
 	}
 }
 
@@ -162,8 +171,12 @@ func TestReverseProxySoak(t *testing.T) {
 	ln := listen(t)
 	go srv.Serve(ln)
 	defer srv.Close()
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("LLMESH_SOAK_STREAMS")); err == nil && v > 0 {
+		n = v
+	}
 	for _, conc := range []int{1, 16} {
-		bad, why := soak(t, "http://"+ln.Addr().String()+"/v1/chat/completions", "x", 10000, conc)
-		t.Logf("ReverseProxy, %d at a time: %d of 10000 streams incomplete; first: %s", conc, bad, why)
+		bad, why := soak(t, "http://"+ln.Addr().String()+"/v1/chat/completions", "x", n, conc)
+		t.Logf("ReverseProxy, %d at a time: %d of %d streams incomplete; first: %s", conc, bad, n, why)
 	}
 }
