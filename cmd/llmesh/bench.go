@@ -46,8 +46,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	target := fs.String("target", "", "load only this node (`URL` up to /v1), with -key")
 	key := fs.String("key", "", "tenant key for -target")
 	tps := fs.Float64("tps", 0, "emulator tokens per second (0: as fast as it can)")
+	memLimit := fs.String("gomemlimit", "", "GOMEMLIMIT for the bare proxy and the node (e.g. 120MiB): Go's soft memory limit, as a container would set it")
+	fs.IntVar(&cfg.Hold, "hold", 0, "keep this many long `streams` open to each target during its turns, besides the load (with a low -tps)")
+	fs.IntVar(&cfg.HoldTokens, "hold-tokens", 1000, "answer length in tokens of each held stream")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if cfg.Hold > 0 && *tps == 0 && *target == "" {
+		fmt.Fprintln(stderr, "llmesh bench: -hold needs -tps above 0, or held streams end at once")
 		return 2
 	}
 	cfg.Prompt = strings.TrimSpace(strings.Repeat("hello ", max(*promptTokens, 1)))
@@ -58,7 +65,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		cfg.Key = *key
 		targets = []bench.Target{{Name: "node", URL: strings.TrimSuffix(*target, "/")}}
 	} else {
-		st, err := startBenchTargets(ctx, stderr, *tps)
+		st, err := startBenchTargets(ctx, stderr, *tps, *memLimit)
 		if err != nil {
 			fmt.Fprintf(stderr, "llmesh bench: %v\n", err)
 			return 1
@@ -113,7 +120,7 @@ func (b *benchTargets) stop() {
 
 // startBenchTargets starts the emulator, the bare proxy, nginx if it is
 // installed, and a node, each in its own process.
-func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64) (_ *benchTargets, err error) {
+func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64, memLimit string) (_ *benchTargets, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -172,6 +179,9 @@ func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64) (_ *b
 	b.targets = append(b.targets, bench.Target{Name: "direct", URL: emuURL + "/v1", PID: emu.Process.Pid})
 
 	proxy := exec.Command(self, "bench", "proxy", "-listen", "127.0.0.1:0", "-upstream", emuURL)
+	if memLimit != "" {
+		proxy.Env = append(os.Environ(), "GOMEMLIMIT="+memLimit)
+	}
 	proxyAddr, err := start("proxy", regexp.MustCompile(`proxy listening on (\S+)`), proxy)
 	if err != nil {
 		return nil, err
@@ -210,6 +220,7 @@ providers:
 	}
 	node := exec.Command(self, "agent", "-config", path, "-http", nodeAddr, "-log-level", "warn")
 	node.Stdout, node.Stderr = stderr, stderr
+	node.Env = proxy.Env
 	if err := node.Start(); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,6 +49,11 @@ type Config struct {
 	Prompt string
 	// Timeout bounds one request.
 	Timeout time.Duration
+	// Hold keeps that many streams of HoldTokens tokens open to a target
+	// throughout its turns, besides the load: what holding many slow
+	// streams costs (with the emulator's tokens per second set low). They
+	// are not among the samples.
+	Hold, HoldTokens int
 }
 
 // DefaultConfig is 1,000 requests/s, non-streaming, 10 s per target in
@@ -75,6 +81,11 @@ type Result struct {
 	// CPUPerReq is the target process's CPU time (user + system) per
 	// request sent to it; 0 when unknown.
 	CPUPerReq time.Duration `json:"cpu_per_request_ns,omitempty"`
+	// RSSIdle is the target process's resident memory before any load,
+	// RSSPeak the most sampled (every 100 ms) during its turns; bytes, 0
+	// when unknown.
+	RSSIdle int64 `json:"rss_idle_bytes,omitempty"`
+	RSSPeak int64 `json:"rss_peak_bytes,omitempty"`
 	// FirstError is one error, to tell what went wrong.
 	FirstError string `json:"first_error,omitempty"`
 }
@@ -98,6 +109,10 @@ func Run(ctx context.Context, cfg Config, targets []Target) ([]Result, error) {
 	tr := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: cfg.Timeout}
+	out := make([]Result, len(targets))
+	for i, t := range targets {
+		out[i].RSSIdle = rss(t.PID)
+	}
 	// Warm each target up: connections, caches, the tokenizer.
 	for _, t := range targets {
 		for i := range 20 {
@@ -112,6 +127,8 @@ func Run(ctx context.Context, cfg Config, targets []Target) ([]Result, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			stopHold := hold(ctx, client, cfg, t)
+			stopRSS := sampleRSS(t.PID, &out[i].RSSPeak)
 			c0 := cpuTime(t.PID)
 			start := time.Now()
 			var got []sample
@@ -122,17 +139,136 @@ func Run(ctx context.Context, cfg Config, targets []Target) ([]Result, error) {
 			}
 			elapsed[i] += time.Since(start)
 			cpu[i] += cpuTime(t.PID) - c0
+			stopRSS()
+			stopHold()
 			samples[i] = append(samples[i], got...)
 		}
 	}
-	out := make([]Result, len(targets))
 	for i, t := range targets {
+		idle, peak := out[i].RSSIdle, out[i].RSSPeak
 		out[i] = summarize(t.Name, samples[i], elapsed[i])
+		out[i].RSSIdle, out[i].RSSPeak = idle, peak
 		if t.PID > 0 && out[i].Sent > 0 {
 			out[i].CPUPerReq = cpu[i] / time.Duration(out[i].Sent)
 		}
 	}
 	return out, nil
+}
+
+// hold opens cfg.Hold long streams to t, each followed by another when it
+// ends, and returns once each has its first byte (or failed), so that the
+// load that follows meets them all open. They stay open until the
+// returned function is called, which waits until they are closed again.
+// Without Hold it does nothing.
+func hold(ctx context.Context, client *http.Client, cfg Config, t Target) (stop func()) {
+	if cfg.Hold <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"stream":true,"messages":[{"role":"user","content":%q}]}`,
+		cfg.Model, max(cfg.HoldTokens, 1), cfg.Prompt)
+	var wg, open sync.WaitGroup
+	open.Add(cfg.Hold)
+	for range cfg.Hold {
+		wg.Go(func() {
+			first := sync.OnceFunc(open.Done)
+			defer first()
+			for ctx.Err() == nil {
+				holdOne(ctx, client, cfg.Key, t.URL, body, first)
+			}
+		})
+	}
+	open.Wait()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// holdOne sends one streaming request and reads it to its end, calling
+// opened at its first byte or failure.
+func holdOne(ctx context.Context, client *http.Client, key, url, body string, opened func()) {
+	defer opened()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	// The overall client timeout would cut a held stream short.
+	resp, err := (&http.Client{Transport: client.Transport}).Do(req)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		err = errors.New(resp.Status)
+	}
+	if err != nil {
+		// Not in a tight loop: a target that refuses is not hammered.
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		return
+	}
+	defer resp.Body.Close()
+	var b [512]byte
+	for {
+		_, err := resp.Body.Read(b[:])
+		opened()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// sampleRSS raises *peak to pid's resident memory every 100 ms until the
+// returned function is called, and once more then.
+func sampleRSS(pid int, peak *int64) (stop func()) {
+	if pid <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			*peak = max(*peak, rss(pid))
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		*peak = max(*peak, rss(pid))
+	}
+}
+
+// rss is a process's resident memory in bytes from /proc; 0 when it
+// cannot be read.
+func rss(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v) // "123456 kB"
+			if len(f) == 2 && f[1] == "kB" {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
 }
 
 // openLoop sends cfg.Rate requests a second for one slice, each at its

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -61,5 +62,34 @@ func TestRunSmoke(t *testing.T) {
 	}
 	if got := cpuTime(1); got < 0 {
 		t.Fatal(got)
+	}
+}
+
+// Held streams are open when a target's turn begins and closed when it
+// ends; resident memory is read from /proc.
+func TestHoldAndRSS(t *testing.T) {
+	cfg := emulator.DefaultConfig()
+	cfg.TPS = 5 // a held stream of 1,000 tokens lasts minutes
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	run := DefaultConfig()
+	run.Rate, run.MaxTokens, run.Duration, run.Slice = 50, 1, 400*time.Millisecond, 200*time.Millisecond
+	run.Hold, run.HoldTokens = 20, 1000
+	rs, err := Run(context.Background(), run, []Target{{Name: "direct", URL: e.URL() + "/v1", PID: os.Getpid()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs[0]; r.OK != r.Sent || r.RSSIdle <= 0 || r.RSSPeak < r.RSSIdle/2 {
+		t.Fatalf("%+v", r)
+	}
+	// Two turns, twenty held streams each, none finished.
+	if st := e.Stats(); st.Streams != 2*20 || st.StreamsCompleted != 0 {
+		t.Fatalf("emulator saw %d streams, %d completed; want 40 held, none completed", st.Streams, st.StreamsCompleted)
 	}
 }

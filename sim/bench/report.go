@@ -41,10 +41,10 @@ func AddedOver(rs []Result, baseline string) []Added {
 // adds over the baseline.
 func Table(w io.Writer, rs []Result, baseline string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tsent\tok\terrors\ttruncated\tanswered/s\tp50\tp90\tp99\tp99.9\tTTFB p50\tTTFB p99\tCPU/req\t")
+	fmt.Fprintln(tw, "target\tsent\tok\terrors\ttruncated\tanswered/s\tp50\tp90\tp99\tp99.9\tTTFB p50\tTTFB p99\tCPU/req\tRSS idle\tRSS peak\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Target, r.Sent, r.OK, r.Errors, r.Truncated, r.RPS,
-			ms(r.P50), ms(r.P90), ms(r.P99), ms(r.P999), ms(r.TTFB50), ms(r.TTFB99), us(r.CPUPerReq))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Target, r.Sent, r.OK, r.Errors, r.Truncated, r.RPS,
+			ms(r.P50), ms(r.P90), ms(r.P99), ms(r.P999), ms(r.TTFB50), ms(r.TTFB99), us(r.CPUPerReq), mib(r.RSSIdle), mib(r.RSSPeak))
 	}
 	tw.Flush()
 	if added := AddedOver(rs, baseline); len(added) > 0 {
@@ -61,6 +61,13 @@ func Table(w io.Writer, rs []Result, baseline string) {
 			fmt.Fprintf(w, "%s: first error: %s\n", r.Target, r.FirstError)
 		}
 	}
+}
+
+func mib(b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fMiB", float64(b)/(1<<20))
 }
 
 func ms(d time.Duration) string {
