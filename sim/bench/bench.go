@@ -113,10 +113,17 @@ func Run(ctx context.Context, cfg Config, targets []Target) ([]Result, error) {
 	for i, t := range targets {
 		out[i].RSSIdle = rss(t.PID)
 	}
-	// Warm each target up: connections, caches, the tokenizer.
+	// Warm each target up: connections, caches, the tokenizer. A target
+	// that does not answer ends the run now, not after a timeout per
+	// request of the load.
 	for _, t := range targets {
 		for i := range 20 {
-			_ = one(ctx, client, cfg, t, i%2 == 0 && cfg.Stream > 0)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			s := one(wctx, client, cfg, t, i%2 == 0 && cfg.Stream > 0)
+			cancel()
+			if s.err != "" {
+				return nil, fmt.Errorf("bench: %s does not answer: %s", t.Name, s.err)
+			}
 		}
 	}
 	samples := make([][]sample, len(targets))
