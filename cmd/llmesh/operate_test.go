@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/loadtest"
 )
 
 // The operations tests run real agent processes on loopback: three voters
@@ -35,11 +36,11 @@ const (
 	opsRPS    = 50
 )
 
-var opsTenants = []loadTenant{
-	{name: "acme", key: "sk-acme-ops-test-key-0001"},     // eu residency
-	{name: "globex", key: "sk-globex-ops-test-key-0002"}, // us residency
-	{name: "open", key: "sk-open-ops-test-key-0003"},     // anywhere
-	{name: "capped", key: "sk-capped-ops-test-key-0004", budgeted: true},
+var opsTenants = []loadtest.Tenant{
+	{Name: "acme", Key: "sk-acme-ops-test-key-0001"},     // eu residency
+	{Name: "globex", Key: "sk-globex-ops-test-key-0002"}, // us residency
+	{Name: "open", Key: "sk-open-ops-test-key-0003"},     // anywhere
+	{Name: "capped", Key: "sk-capped-ops-test-key-0004", Budgeted: true},
 }
 
 // opsNode is one agent of the operations mesh: its configuration (ports
@@ -59,7 +60,7 @@ type opsMesh struct {
 	nodes map[string]*opsNode
 	seeds []string
 	emus  string // the providers' section
-	lb    *balancer
+	lb    *loadtest.Balancer
 }
 
 func sha(s string) string {
@@ -83,8 +84,8 @@ func startOpsMesh(t *testing.T) *opsMesh {
 		cfg.Name, cfg.TPS, cfg.Latency = name, 20, 5*time.Millisecond
 		return startEmulator(t, cfg).URL()
 	}
-	m := &opsMesh{t: t, nodes: map[string]*opsNode{}, lb: newBalancer()}
-	t.Cleanup(m.lb.close)
+	m := &opsMesh{t: t, nodes: map[string]*opsNode{}, lb: loadtest.NewBalancer()}
+	t.Cleanup(m.lb.Close)
 	price := fmt.Sprintf("{name: chat, input_usd_per_mtok: %g, output_usd_per_mtok: %g}", opsPrice*1e6, opsPrice*1e6)
 	m.emus = fmt.Sprintf(`providers:
   - {name: gpu-eu, region: eu-west, reach: region, base_url: %q, models: [%s]}
@@ -96,7 +97,7 @@ tenants:
   - {name: open, key_sha256: [%s]}
   - {name: capped, key_sha256: [%s], budget: {usd: %g, period: total}}
 `, emu("gpu-eu"), price, emu("cloud-eu"), price, emu("cloud-us"), price,
-		sha(opsTenants[0].key), sha(opsTenants[1].key), sha(opsTenants[2].key), sha(opsTenants[3].key), opsBudget)
+		sha(opsTenants[0].Key), sha(opsTenants[1].Key), sha(opsTenants[2].Key), sha(opsTenants[3].Key), opsBudget)
 	for _, n := range [][2]string{{"eu-1", "eu-west"}, {"us-1", "us-east"}, {"ap-1", "ap-south"}} {
 		m.define(n[0], n[1])
 	}
@@ -104,7 +105,7 @@ tenants:
 		m.start(name)
 	}
 	m.awaitVoters(3, 30*time.Second)
-	if !m.lb.awaitReady(3, 30*time.Second) {
+	if !m.lb.AwaitReady(3, 30*time.Second) {
 		t.Fatal("the three nodes are not ready")
 	}
 	return m
@@ -171,7 +172,7 @@ func (m *opsMesh) start(name string) {
 			_ = cmd.Process.Kill()
 		}
 	})
-	m.lb.set(name, n.http)
+	m.lb.Set(name, n.http)
 }
 
 // awaitVoters waits until some node reports a leader and count voters.
@@ -262,7 +263,7 @@ func (m *opsMesh) awaitReady(name string, within time.Duration) {
 // checkBudget asserts the capped tenant's budget was never overspent:
 // by the ledger's books (no overspend, settled within the limit) and by
 // what the clients were billed for, at the configured prices.
-func (m *opsMesh) checkBudget(rep *loadReport) {
+func (m *opsMesh) checkBudget(rep *loadtest.Report) {
 	m.t.Helper()
 	committed := -1.0 // settled + reserved, by the books
 	for _, n := range m.nodes {
@@ -286,7 +287,7 @@ func (m *opsMesh) checkBudget(rep *loadReport) {
 				continue
 			}
 			m.t.Logf("capped: limit $%.4f, settled $%.4f, reserved $%.4f, overspend $%.4f; clients billed $%.4f",
-				b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.OverspendUSD, rep.spendUSD["capped"])
+				b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.OverspendUSD, rep.SpendUSD["capped"])
 			if b.OverspendUSD != 0 || b.SettledUSD > b.LimitUSD+1e-9 {
 				m.t.Fatalf("the budget was overspent: %+v", b)
 			}
@@ -294,35 +295,37 @@ func (m *opsMesh) checkBudget(rep *loadReport) {
 		}
 		break
 	}
-	if rep.spendUSD["capped"] > opsBudget+1e-9 {
-		m.t.Fatalf("the capped tenant was served $%.6f, beyond its budget of $%g", rep.spendUSD["capped"], opsBudget)
+	if rep.SpendUSD["capped"] > opsBudget+1e-9 {
+		m.t.Fatalf("the capped tenant was served $%.6f, beyond its budget of $%g", rep.SpendUSD["capped"], opsBudget)
 	}
 	// The budget must have been pressed for the check to mean anything:
 	// all of it settled or held as escrow, and requests refused for it.
 	// (Whether they get 402 or 429 depends on where the escrow left sits:
 	// a killed node's stays reserved until its lease is written off.)
-	if committed < 0.9*opsBudget || rep.budget402+rep.budget429 == 0 {
+	if committed < 0.9*opsBudget || rep.Budget402+rep.Budget429 == 0 {
 		m.t.Fatalf("the capped tenant's budget was not pressed (committed $%.4f of $%g): the test did not test it (%s)", committed, opsBudget, rep)
 	}
 }
 
 // loadFor starts the load and returns a function that stops it and
 // returns the report.
-func (m *opsMesh) loadFor() func() *loadReport {
+func (m *opsMesh) loadFor() func() *loadtest.Report {
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan *loadReport, 1)
-	go func() { out <- runLoad(ctx, m.lb, opsTenants, opsRPS, opsPrice) }()
-	return func() *loadReport {
+	out := make(chan *loadtest.Report, 1)
+	go func() {
+		out <- loadtest.Run(ctx, m.lb, opsTenants, loadtest.Config{Model: "chat", RPS: opsRPS, PricePerToken: opsPrice})
+	}()
+	return func() *loadtest.Report {
 		cancel()
 		return <-out
 	}
 }
 
-func (m *opsMesh) requireClean(rep *loadReport) {
+func (m *opsMesh) requireClean(rep *loadtest.Report) {
 	m.t.Helper()
-	m.t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.refused.Load())
-	if len(rep.failures) > 0 || len(rep.truncated) > 0 {
-		f, tr := rep.firstFailures()
+	m.t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.Refused())
+	if len(rep.Failures) > 0 || len(rep.Truncated) > 0 {
+		f, tr := rep.FirstFailures()
 		m.t.Fatalf("failed (first ten): %q\ntruncated (first ten): %q", f, tr)
 	}
 }
@@ -342,7 +345,7 @@ func TestDrainAndJoinUnderLoad(t *testing.T) {
 	if code := m.waitExit("eu-1", 40*time.Second); code != 0 {
 		t.Fatalf("the drained node exited %d; its log:\n%s", code, m.nodes["eu-1"].log.String())
 	}
-	m.lb.remove("eu-1")
+	m.lb.Remove("eu-1")
 	m.awaitVoters(2, 15*time.Second)
 
 	m.define("eu-2", "eu-west")
@@ -353,7 +356,7 @@ func TestDrainAndJoinUnderLoad(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	rep := stop()
 	m.requireClean(rep)
-	first, ok := rep.firstAt["eu-2"]
+	first, ok := rep.FirstAt["eu-2"]
 	if !ok {
 		t.Fatalf("the node added live took no traffic: %s", rep)
 	}
@@ -379,7 +382,7 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 	m.waitExit(leader, 10*time.Second)
 	// In flight on it when it died: sent before its death was seen, not
 	// answered before the signal was sent.
-	inflight := m.lb.inFlightDuring(leader, killed, time.Now())
+	inflight := m.lb.InFlightDuring(leader, killed, time.Now())
 	var elected time.Duration
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if l, _ := m.raft(); l != "" && l != leader {
@@ -393,12 +396,12 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	rep := stop()
 	t.Logf("killed leader %s with %d requests in flight on it; a new leader %s later", leader, inflight, elected.Round(time.Millisecond))
-	t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.refused.Load())
-	if len(rep.failures) > inflight {
-		f, _ := rep.firstFailures()
-		t.Fatalf("%d requests failed, more than the %d in flight on the killed node (first ten): %q", len(rep.failures), inflight, f)
+	t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.Refused())
+	if len(rep.Failures) > inflight {
+		f, _ := rep.FirstFailures()
+		t.Fatalf("%d requests failed, more than the %d in flight on the killed node (first ten): %q", len(rep.Failures), inflight, f)
 	}
-	for _, f := range rep.failures {
+	for _, f := range rep.Failures {
 		if !strings.Contains(f, `node "`+leader+`"`) && !strings.Contains(f, `node ""`) {
 			t.Errorf("a request failed that the killed node was not serving: %s", f)
 		}
@@ -433,7 +436,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	rep := stop()
 	m.requireClean(rep)
 	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
-		if rep.byNode[name] == 0 {
+		if rep.ByNode[name] == 0 {
 			t.Fatalf("%s answered nothing: %s", name, rep)
 		}
 	}
