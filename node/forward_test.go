@@ -221,6 +221,9 @@ func TestForwardAcrossRegions(t *testing.T) {
 		return false
 	})
 	t.Logf("before the ejections: %s", strings.TrimSpace(last))
+	if m := readAll(t, mustGet(t, f.urls["us"]+"/metrics").Body); !strings.Contains(m, `llmesh_residency_refusals_total{reason="no_compliant_provider"}`) {
+		t.Fatal("the refusal is not in llmesh_residency_refusals_total")
+	}
 	after = f.requests()
 	for _, p := range []string{"openai-us", "gpu-ap"} {
 		if after[p] != before[p] {

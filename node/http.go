@@ -188,6 +188,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	w.Header()["X-Request-Id"] = []string{req.ID}
 	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
 		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
+			n.metrics.refusals.WithLabelValues("header").Inc()
 			status = writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
 			return
 		}
@@ -211,11 +212,13 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
+		n.metrics.refused(err)
 		status = writeError(w, err)
 		return
 	}
 	res, err = n.exec.Execute(r.Context(), req, plan, sink)
 	if err != nil {
+		n.metrics.refused(err)
 		status = writeError(w, err)
 		return
 	}

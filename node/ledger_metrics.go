@@ -25,6 +25,8 @@ var (
 		"Escrow written off as spent because its node could not account for it (a restart, an operator's forfeit).", nil, nil)
 	descSettled = prometheus.NewDesc("llmesh_budget_settled_usd",
 		"Spend settled in the current books, by tenant and period (voters only).", []string{"tenant", "period"}, nil)
+	descLimit = prometheus.NewDesc("llmesh_budget_limit_usd",
+		"A tenant's budget for the current period, by tenant and period (voters only).", []string{"tenant", "period"}, nil)
 	descRaftState = prometheus.NewDesc("llmesh_raft_state",
 		"1 for this voter's Raft state (Leader, Follower, Candidate, Shutdown).", []string{"state"}, nil)
 	descLastContact = prometheus.NewDesc("llmesh_raft_last_contact_seconds",
@@ -34,7 +36,7 @@ var (
 )
 
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeases, descReserved, descInflight, descOverspend, descForfeited, descSettled, descRaftState, descLastContact, descRateShare} {
+	for _, d := range []*prometheus.Desc{descLeases, descReserved, descInflight, descOverspend, descForfeited, descSettled, descLimit, descRaftState, descLastContact, descRateShare} {
 		ch <- d
 	}
 }
@@ -68,6 +70,7 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		over += b.Overspend
 		forfeited += b.Forfeited
 		gauge(descSettled, b.Settled.USD(), b.Tenant, b.Period)
+		gauge(descLimit, b.Limit.USD(), b.Tenant, b.Period)
 	}
 	gauge(descLeases, float64(n), "mesh")
 	gauge(descReserved, reserved.USD(), "mesh")

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ type metrics struct {
 	forwardsIn    prometheus.Counter
 	forwardsOut   prometheus.Counter
 	handoffs      *prometheus.CounterVec
+	refusals      *prometheus.CounterVec
 	// rateLimited, when set, is told of every 429 (the rate holder).
 	rateLimited func(provider string)
 }
@@ -75,6 +77,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmesh_handoffs_total",
 			Help: "Requests that reached this node while it drained, by what became of them: ok (a peer served it), refused (a peer's final refusal, relayed), next (a peer could not take it; the next was tried), self (no peer took it; this node served it).",
 		}, []string{"outcome"})).(*prometheus.CounterVec),
+		refusals: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_residency_refusals_total",
+			Help: "Requests refused to keep data where its residency allows, by reason: no_compliant_provider (no provider in the jurisdiction could serve it), header (X-LLMesh-Residency would widen the tenant's), transit (a forward from outside a strict-transit tenant's jurisdiction).",
+		}, []string{"reason"})).(*prometheus.CounterVec),
 		inFlight: f(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmesh_requests_in_flight",
 			Help: "Chat completion requests being served.",
@@ -126,5 +132,19 @@ func (m *metrics) Attempt(provider string, o route.Outcome, d time.Duration) {
 	m.attemptTime.WithLabelValues(provider).Observe(d.Seconds())
 	if o == route.OutcomeRateLimited && m.rateLimited != nil {
 		m.rateLimited(provider)
+	}
+}
+
+// errStrictTransit refuses a forward that came through a node outside the
+// jurisdiction of a strict-transit tenant.
+var errStrictTransit = errors.New("strict transit")
+
+// refused counts err when it refused a request for its residency.
+func (m *metrics) refused(err error) {
+	switch {
+	case errors.Is(err, errStrictTransit):
+		m.refusals.WithLabelValues("transit").Inc()
+	case errors.Is(err, route.ErrNoCompliantProvider):
+		m.refusals.WithLabelValues("no_compliant_provider").Inc()
 	}
 }
