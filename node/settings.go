@@ -155,6 +155,13 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		s.jurisdiction = string(r.Jurisdiction)
 	}
 	s.voter, s.rpcAddr, s.advertise = n.Voter, n.RPC, n.Advertise
+	if n.Advertise == "auto" {
+		ip, err := privateIP()
+		if err != nil {
+			bad("node.advertise", "auto: %v", err)
+		}
+		s.advertise = ip
+	}
 	s.raftAddr, s.bootstrapExpect, s.dataDir = n.Raft, n.BootstrapExpect, n.DataDir
 	if n.Voter {
 		if n.Raft == "" {
@@ -166,8 +173,8 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 			bad("node.rpc", "is required for a voter: other nodes reach the ledger through it")
 		}
 	}
-	if n.Advertise != "" && net.ParseIP(n.Advertise) == nil {
-		bad("node.advertise", "%q is not an IP address", n.Advertise)
+	if n.Advertise != "" && n.Advertise != "auto" && net.ParseIP(n.Advertise) == nil {
+		bad("node.advertise", "%q is not an IP address (or auto)", n.Advertise)
 	}
 	s.gossip = resolveGossip(n, getenv, readFile, bad)
 	if n.TLS != nil {
@@ -508,4 +515,40 @@ func resolveGossip(n *NodeSection, getenv func(string) string, readFile func(str
 		g.key = key
 	}
 	return g
+}
+
+// privateIP is the address node.advertise "auto" stands for: the first
+// private IPv4 address of an interface that is up (a container's or a
+// pod's own), else the first IPv4 address that is not loopback.
+func privateIP() (string, error) {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	var fallback string
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
+				continue
+			}
+			if ipn.IP.IsPrivate() {
+				return ipn.IP.String(), nil
+			}
+			if fallback == "" {
+				fallback = ipn.IP.String()
+			}
+		}
+	}
+	if fallback == "" {
+		return "", errors.New("no interface has an IPv4 address other than loopback")
+	}
+	return fallback, nil
 }

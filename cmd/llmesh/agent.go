@@ -18,12 +18,27 @@ import (
 // README's curl works as printed.
 func devKeyFile() string { return filepath.Join(os.TempDir(), "llmesh-dev.key") }
 
+// overrideFlags applies the flags that override the configuration file.
+func overrideFlags(cfg *node.Config, httpAddr, advertise, name string) {
+	if name != "" {
+		cfg.Node.Name = name
+	}
+	if httpAddr != "" {
+		cfg.Node.HTTP = httpAddr
+	}
+	if advertise != "" {
+		cfg.Node.Advertise = advertise
+	}
+}
+
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dev := fs.Bool("dev", false, "run one node with built-in emulated providers and a generated tenant key")
 	configPath := fs.String("config", "", "the node's configuration `file` (YAML)")
 	httpAddr := fs.String("http", "", "HTTP `address` for the API; overrides node.http")
+	advertise := fs.String("advertise", "", "`IP` peers should dial, or auto; overrides node.advertise (e.g. a pod's IP)")
+	name := fs.String("name", "", "the node's `name`, unique in the mesh; overrides node.name (e.g. a pod's name)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on a graceful stop; overrides node.drain.timeout (default 30s)")
@@ -63,9 +78,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
 			return 1
 		}
-		if *httpAddr != "" {
-			cfg.Node.HTTP = *httpAddr
-		}
+		overrideFlags(cfg, *httpAddr, *advertise, *name)
 	}
 	opts := node.Options{Logger: logger, Version: version}
 	if devStack != nil {
@@ -104,9 +117,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			}
 			next, err := node.LoadConfig(*configPath)
 			if err == nil {
-				if *httpAddr != "" {
-					next.Node.HTTP = *httpAddr
-				}
+				overrideFlags(next, *httpAddr, *advertise, *name)
 				err = n.Reload(next)
 			}
 			if err != nil {

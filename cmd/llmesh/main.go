@@ -1,12 +1,14 @@
 // Command llmesh is the one llmesh binary: the agent that runs a node, the
-// provider emulator, and (in later releases) the operator verbs, the demo,
-// the simulator and the benchmark harness. Signals are handled here only.
+// provider emulator, the operator verbs, the demo and the benchmark
+// harness. Signals are handled here only.
 package main
 
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"time"
 )
 
 const usage = `llmesh — a peer-to-peer routing mesh for LLM API traffic
@@ -25,6 +27,7 @@ Usage:
   llmesh budgets forfeit NODE       write off the escrow of a node that will not return
   llmesh raft peers                 the Raft configuration and its leader
   llmesh status                     this node: phase, role, leader, members, healthy providers, leases held
+  llmesh ready                      exit 0 when the node is ready for traffic (/readyz): a container health check
   llmesh drain [-wait]              the node hands traffic to peers, finishes what is in flight, leaves and exits
   llmesh leave [-wait]              the same graceful exit, for a node leaving the mesh
   llmesh keygen                     a new gossip encryption key
@@ -72,6 +75,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runStatus(args[1:], stdout, stderr)
 	case "drain", "leave":
 		return runDrain(args[0], args[1:], stdout, stderr)
+	case "ready":
+		return verb("ready", args[1:], stdout, stderr, 0, func(c *adminClient, _ []string) error {
+			c.http.Timeout = 5 * time.Second
+			_, err := c.do(http.MethodGet, "/readyz", nil, nil)
+			return err
+		})
 	case "keygen":
 		return runKeygen(args[1:], stdout, stderr)
 	case "tls":
