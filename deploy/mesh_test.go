@@ -134,7 +134,17 @@ func (m *composeMesh) docker(args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func container(node string) string { return project + "_" + node + "_1" }
+// container returns the ID of a service's container, running or not,
+// whatever the Compose version names it.
+func (m *composeMesh) container(service string) string {
+	m.t.Helper()
+	out, err := m.composeOut("ps", "-q", service)
+	id := strings.TrimSpace(string(out))
+	if err != nil || id == "" || strings.Contains(id, "\n") {
+		m.t.Fatalf("the container of %s: %v %q", service, err, out)
+	}
+	return id
+}
 
 func nodeURL(node string) string { return "http://" + meshIPs[node] + ":8080" }
 
@@ -265,12 +275,12 @@ func (m *composeMesh) routing(t *testing.T) {
 // cluster), drives traffic on both sides, heals, and checks the budget.
 func (m *composeMesh) partition(t *testing.T) {
 	m = &composeMesh{t: t} // its helpers fail this subtest
-	m.docker("network", "disconnect", meshNet, container("eu-1"))
+	m.docker("network", "disconnect", meshNet, m.container("eu-1"))
 	healed := false
 	heal := func() {
 		if !healed {
 			healed = true
-			m.docker("network", "connect", "--ip", meshIPs["eu-1"], meshNet, container("eu-1"))
+			m.docker("network", "connect", "--ip", meshIPs["eu-1"], meshNet, m.container("eu-1"))
 		}
 	}
 	t.Cleanup(heal)
@@ -426,11 +436,11 @@ func (m *composeMesh) leaderKilled(t *testing.T) {
 	b, stop := runLoad(t)
 	time.Sleep(2 * time.Second) // load before the kill, to see it flow
 	killed := time.Now()
-	m.docker("kill", container(leader))
+	m.docker("kill", m.container(leader))
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			m.docker("start", container(leader))
+			m.docker("start", m.container(leader))
 		}
 	})
 	var others []string
@@ -461,7 +471,7 @@ func (m *composeMesh) leaderKilled(t *testing.T) {
 	if rep.OK < rep.Sent/2 {
 		t.Fatalf("only %d of %d answered", rep.OK, rep.Sent)
 	}
-	m.docker("start", container(leader))
+	m.docker("start", m.container(leader))
 	restarted = true
 	m.awaitMesh(90 * time.Second)
 }
@@ -474,16 +484,16 @@ func (m *composeMesh) stopDrains(t *testing.T) {
 	_, stop := runLoad(t)
 	time.Sleep(2 * time.Second)
 	started := time.Now()
-	m.docker("stop", "-t", "45", container(victim))
+	m.docker("stop", "-t", "45", m.container(victim))
 	t.Logf("docker stop took %v", time.Since(started).Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 	rep := stop()
 	defer func() {
-		m.docker("start", container(victim))
+		m.docker("start", m.container(victim))
 		m.awaitMesh(90 * time.Second)
 	}()
 	t.Logf("load: %s", rep)
-	if code := m.docker("inspect", "-f", "{{.State.ExitCode}}", container(victim)); code != "0" {
+	if code := m.docker("inspect", "-f", "{{.State.ExitCode}}", m.container(victim)); code != "0" {
 		t.Fatalf("%s exited %s, want 0 after its drain", victim, code)
 	}
 	if len(rep.Failures) > 0 || len(rep.Truncated) > 0 {

@@ -67,7 +67,6 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		n.account(start, tenant, model, provider, status, streaming, res, in.Origin)
 	}()
 	refuse := func(err error) error {
-		n.metrics.refused(err)
 		status = writeError(sink, err)
 		if status == statusClientClosed {
 			return nil
@@ -97,8 +96,8 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	if strict && residency.Restricted() && !n.memberIn(in.Origin, residency.Jurisdiction) {
 		// The data already passed through a node outside its
 		// jurisdiction, or one this node cannot place: not through here.
-		return refuse(fmt.Errorf("%w: node %s: %w: the sending node %s is not in jurisdiction %s",
-			route.ErrNoCompliantProvider, n.s.name, errStrictTransit, in.Origin, residency.Jurisdiction))
+		return refuse(fmt.Errorf("%w: node %s: strict transit: the sending node %s is not in jurisdiction %s",
+			route.ErrNoCompliantProvider, n.s.name, in.Origin, residency.Jurisdiction))
 	}
 	chat, err := route.ParseChatRequest(in.Body)
 	if err != nil {

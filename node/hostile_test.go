@@ -223,6 +223,53 @@ func TestLongStreamWithoutUsageIsCounted(t *testing.T) {
 	}
 }
 
+// A stream whose first event is larger than what is kept for counting is
+// still counted (the first event is always kept).
+func TestLargeFirstEventWithoutUsageIsCounted(t *testing.T) {
+	u := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", strings.Repeat(" hello", 4000))
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	})
+	f := startNode(t, nil, withBroken(u))
+	resp := f.post(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if out := readAll(t, resp.Body); resp.StatusCode != 200 || !strings.HasSuffix(out, "data: [DONE]\n\n") {
+		t.Fatalf("%d %.200q", resp.StatusCode, out)
+	}
+	metrics := readAll(t, mustGet(t, f.url+"/metrics").Body)
+	key := `llmesh_tokens_total{direction="completion",model="gpt-4o-mini",provider="broken"} `
+	i := strings.Index(metrics, key)
+	if i < 0 {
+		t.Fatal("no completion tokens in the metrics")
+	}
+	var got int
+	fmt.Sscan(metrics[i+len(key):], &got)
+	if got < 3990 || got > 4010 {
+		t.Fatalf("counted %d completion tokens, want 4,000", got)
+	}
+}
+
+// An error answered after a wait longer than client_write still reaches
+// the client: every answer is written under a fresh deadline.
+func TestErrorAfterALongWaitIsDelivered(t *testing.T) {
+	u := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(400 * time.Millisecond)
+		http.Error(w, `{"error":{"message":"bad","type":"invalid_request_error"}}`, http.StatusBadRequest)
+	})
+	f := startNode(t, nil, func(c *node.Config) {
+		withBroken(u)(c)
+		c.Providers = c.Providers[len(c.Providers)-1:] // the slow one alone
+		c.Timeouts.FirstByte = node.Duration(2 * time.Second)
+		c.Timeouts.Response = node.Duration(2 * time.Second)
+		c.Timeouts.ClientWrite = node.Duration(100 * time.Millisecond)
+	})
+	resp := f.post(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	body := readAll(t, resp.Body)
+	if resp.StatusCode/100 != 4 && resp.StatusCode/100 != 5 || !strings.Contains(body, `"error"`) {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+}
+
 // Slow clients cannot hold the node: headers and bodies have deadlines.
 func TestSlowClientsAreCutOff(t *testing.T) {
 	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {

@@ -52,10 +52,11 @@ func (n *Node) routes() http.Handler {
 		"/debug/pprof/": pprof.Index, "/debug/pprof/cmdline": pprof.Cmdline, "/debug/pprof/profile": pprof.Profile,
 		"/debug/pprof/symbol": pprof.Symbol, "/debug/pprof/trace": pprof.Trace,
 	} {
-		mux.HandleFunc(path, n.admin(func(w http.ResponseWriter, r *http.Request) {
+		admin := n.admin(h)
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-			h(w, r)
-		}))
+			admin(w, r)
+		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.clientWrite))
@@ -160,18 +161,18 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 
 	t, ok := n.tenants.authenticate(r)
 	if !ok {
-		status = writeError(w, errUnauthorized)
+		status = writeError(sink, errUnauthorized)
 		return
 	}
 	tenant = t.Name
 	body, err := n.readBody(w, r)
 	if err != nil {
-		status = writeError(w, err)
+		status = writeError(sink, err)
 		return
 	}
 	chat, err := route.ParseChatRequest(body)
 	if err != nil {
-		status = writeError(w, err)
+		status = writeError(sink, err)
 		return
 	}
 	stream = chat.Stream
@@ -189,11 +190,11 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
 		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
 			n.metrics.refusals.WithLabelValues("header").Inc()
-			status = writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
+			status = writeError(sink, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
 			return
 		}
 		if !slices.Contains(n.s.regions.Jurisdictions(), req.Residency.Jurisdiction) {
-			status = writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
+			status = writeError(sink, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
 			return
 		}
 	}
@@ -213,13 +214,13 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
 		n.metrics.refused(err)
-		status = writeError(w, err)
+		status = writeError(sink, err)
 		return
 	}
 	res, err = n.exec.Execute(r.Context(), req, plan, sink)
 	if err != nil {
 		n.metrics.refused(err)
-		status = writeError(w, err)
+		status = writeError(sink, err)
 		return
 	}
 	status = sink.status

@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"outcome"})).(*prometheus.CounterVec),
 		refusals: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_residency_refusals_total",
-			Help: "Requests refused to keep data where its residency allows, by reason: no_compliant_provider (no provider in the jurisdiction could serve it), header (X-LLMesh-Residency would widen the tenant's), transit (a forward from outside a strict-transit tenant's jurisdiction).",
+			Help: "Client requests this node refused to keep data where its residency allows, by reason: no_compliant_provider (no provider, or no path, in the jurisdiction could serve it) or header (X-LLMesh-Residency would widen the tenant's).",
 		}, []string{"reason"})).(*prometheus.CounterVec),
 		inFlight: f(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmesh_requests_in_flight",
@@ -135,16 +135,12 @@ func (m *metrics) Attempt(provider string, o route.Outcome, d time.Duration) {
 	}
 }
 
-// errStrictTransit refuses a forward that came through a node outside the
-// jurisdiction of a strict-transit tenant.
-var errStrictTransit = errors.New("strict transit")
-
-// refused counts err when it refused a request for its residency.
+// refused counts err when it refused a client's request for its
+// residency. Only the node that answers the client counts it: a far
+// node's refusal of a forward is the origin's to count, once, if no other
+// target serves the request.
 func (m *metrics) refused(err error) {
-	switch {
-	case errors.Is(err, errStrictTransit):
-		m.refusals.WithLabelValues("transit").Inc()
-	case errors.Is(err, route.ErrNoCompliantProvider):
+	if errors.Is(err, route.ErrNoCompliantProvider) {
 		m.refusals.WithLabelValues("no_compliant_provider").Inc()
 	}
 }

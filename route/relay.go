@@ -19,8 +19,9 @@ var (
 
 // maxCountedStream bounds what a stream keeps to count its tokens when the
 // provider reports no usage (most do, at the end): every open stream holds
-// up to this much until then. The events beyond it are counted at the
-// rate of those kept.
+// up to this much until then (and the first event, however large). The
+// events beyond it are counted at the rate, in tokens a byte, of those
+// kept.
 const maxCountedStream = 16 << 10
 
 // relayState is reused across streams: it holds the event reader and its
@@ -48,18 +49,21 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 	st := relayStates.Get().(*relayState)
 	defer func() {
 		st.rd.reset(nil, 0)
+		if cap(st.out) > 64<<10 { // after an unusually large event
+			st.out = make([]byte, 0, 4<<10)
+		}
 		st.out, st.kept = st.out[:0], st.kept[:0]
 		relayStates.Put(st)
 	}()
 	rd := &st.rd
 	rd.reset(resp.Body, e.cfg.MaxEventBytes)
 	var (
-		finished     int // choices that reported a finish_reason
-		sawUsage     bool
-		sawDone      bool
-		sawErrEvent  bool // the provider's own error event was relayed
-		kept, beyond int  // events kept for counting, and those past the bound
-		streamErr    *attemptResult
+		finished    int // choices that reported a finish_reason
+		sawUsage    bool
+		sawDone     bool
+		sawErrEvent bool // the provider's own error event was relayed
+		beyond      int  // bytes of the events past what is kept for counting
+		streamErr   *attemptResult
 	)
 	write := func(b []byte) bool {
 		if _, err := sink.Write(b); err != nil {
@@ -112,15 +116,14 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 		}
 		finished += countFinishes(ev.Data)
 		if !sawUsage {
-			// The kept events are the first ones, so that the rest
-			// continue them.
-			if beyond == 0 && len(st.kept)+len(ev.Data) < maxCountedStream {
+			// The kept events are the first ones (the first always, however
+			// large), so that the rest continue them.
+			if beyond == 0 && (len(st.kept) == 0 || len(st.kept)+len(ev.Data) < maxCountedStream) {
 				// NUL ends an event: valid JSON holds it nowhere, while an
 				// event of several data lines holds newlines.
 				st.kept = append(append(st.kept, ev.Data...), 0)
-				kept++
 			} else {
-				beyond++
+				beyond += len(ev.Data) + 1
 			}
 		}
 		if !skip {
@@ -146,7 +149,7 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 	if a.committed {
 		a.known = true
 		if !sawUsage {
-			a.usage, a.counted = e.countStream(req, st.kept, kept, beyond), true
+			a.usage, a.counted = e.countStream(req, st.kept, beyond), true
 		}
 	}
 	if a.Outcome == OutcomeCanceled {
@@ -245,6 +248,9 @@ func chunkUsage(data []byte) (Usage, bool) {
 
 // isUsageOnly reports whether a chunk is the final usage chunk: no choices.
 func isUsageOnly(data []byte) bool {
+	if !json.Valid(data) { // once a stream: a broken chunk is relayed
+		return false
+	}
 	v, ok := topValue(data, `"choices"`)
 	if !ok || data[v] == 'n' {
 		return true
@@ -353,10 +359,10 @@ func skipColon(b []byte, i int) int {
 }
 
 // countStream counts the usage of a stream that reported none, from the
-// events it kept; the events beyond those are taken to hold as many tokens
-// each as the kept ones did (an estimate, within about one event's tokens
-// of the truth for a steady stream).
-func (e *Executor) countStream(req *Request, kept []byte, keptEvents, beyond int) Usage {
+// events it kept; the beyond bytes of events past those are taken to hold
+// as many tokens a byte as the kept ones did (an estimate, close for a
+// steady stream).
+func (e *Executor) countStream(req *Request, kept []byte, beyond int) Usage {
 	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
 	var text strings.Builder
 	for line := range bytes.SplitSeq(kept, []byte{0}) {
@@ -380,8 +386,8 @@ func (e *Executor) countStream(req *Request, kept []byte, keptEvents, beyond int
 		}
 	}
 	u.CompletionTokens = e.tokens.Count(text.String())
-	if beyond > 0 && keptEvents > 0 {
-		u.CompletionTokens += (u.CompletionTokens*beyond + keptEvents - 1) / keptEvents
+	if beyond > 0 && len(kept) > 0 {
+		u.CompletionTokens += (u.CompletionTokens*beyond + len(kept) - 1) / len(kept)
 	}
 	return u
 }

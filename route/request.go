@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 )
 
 // ChatRequest is a decoded, validated chat completion request. The node
@@ -396,9 +397,10 @@ func (m *Message) decode(raw []byte) error {
 }
 
 // decodeString decodes a JSON string (or null, which leaves dst as it is)
-// that json.Valid accepted; one without escapes is copied, not decoded.
+// that json.Valid accepted; one without escapes (and valid UTF-8, which
+// encoding/json would mend) is copied, not decoded.
 func decodeString(v []byte, dst *string) error {
-	if v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+	if v[0] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
 		*dst = string(v[1 : len(v)-1])
 		return nil
 	}

@@ -17,14 +17,7 @@ import (
 // stream whole, and the figures are filled in. No timing is asserted: CI
 // runs this as a smoke test of the harness.
 func TestRunSmoke(t *testing.T) {
-	e, err := emulator.New(emulator.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	e := startEmulator(t, emulator.DefaultConfig())
 	u, _ := url.Parse(e.URL())
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
@@ -70,14 +63,7 @@ func TestRunSmoke(t *testing.T) {
 func TestHoldAndRSS(t *testing.T) {
 	cfg := emulator.DefaultConfig()
 	cfg.TPS = 5 // a held stream of 1,000 tokens lasts minutes
-	e, err := emulator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	e := startEmulator(t, cfg)
 	run := DefaultConfig()
 	run.Rate, run.MaxTokens, run.Duration, run.Slice = 50, 1, 400*time.Millisecond, 200*time.Millisecond
 	run.Hold, run.HoldTokens = 20, 1000
@@ -92,4 +78,18 @@ func TestHoldAndRSS(t *testing.T) {
 	if st := e.Stats(); st.Streams != 2*20 || st.StreamsCompleted != 0 {
 		t.Fatalf("emulator saw %d streams, %d completed; want 40 held, none completed", st.Streams, st.StreamsCompleted)
 	}
+}
+
+// startEmulator runs an emulated provider until the test ends.
+func startEmulator(t *testing.T, cfg emulator.Config) *emulator.Emulator {
+	t.Helper()
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	return e
 }
