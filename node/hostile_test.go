@@ -210,15 +210,7 @@ func TestLongStreamWithoutUsageIsCounted(t *testing.T) {
 	}
 	// 300 tokens; the estimate of the part not kept may be off by the
 	// tokens of about one event.
-	metrics := readAll(t, mustGet(t, f.url+"/metrics").Body)
-	key := `llmesh_tokens_total{direction="completion",model="gpt-4o-mini",provider="broken"} `
-	i := strings.Index(metrics, key)
-	if i < 0 {
-		t.Fatalf("no completion tokens in the metrics")
-	}
-	var got int
-	fmt.Sscan(metrics[i+len(key):], &got)
-	if got < 299 || got > 302 {
+	if got := brokenCompletionTokens(t, f); got < 299 || got > 302 {
 		t.Fatalf("counted %d completion tokens, want 300 (±2)", got)
 	}
 }
@@ -236,6 +228,15 @@ func TestLargeFirstEventWithoutUsageIsCounted(t *testing.T) {
 	if out := readAll(t, resp.Body); resp.StatusCode != 200 || !strings.HasSuffix(out, "data: [DONE]\n\n") {
 		t.Fatalf("%d %.200q", resp.StatusCode, out)
 	}
+	if got := brokenCompletionTokens(t, f); got < 3990 || got > 4010 {
+		t.Fatalf("counted %d completion tokens, want 4,000", got)
+	}
+}
+
+// brokenCompletionTokens is what the node counted of the broken
+// provider's completions.
+func brokenCompletionTokens(t *testing.T, f *fixture) int {
+	t.Helper()
 	metrics := readAll(t, mustGet(t, f.url+"/metrics").Body)
 	key := `llmesh_tokens_total{direction="completion",model="gpt-4o-mini",provider="broken"} `
 	i := strings.Index(metrics, key)
@@ -244,9 +245,7 @@ func TestLargeFirstEventWithoutUsageIsCounted(t *testing.T) {
 	}
 	var got int
 	fmt.Sscan(metrics[i+len(key):], &got)
-	if got < 3990 || got > 4010 {
-		t.Fatalf("counted %d completion tokens, want 4,000", got)
-	}
+	return got
 }
 
 // An error answered after a wait longer than client_write still reaches
