@@ -35,6 +35,7 @@ type BudgetHolder struct {
 	ttl      time.Duration
 	interval time.Duration
 	now      func() time.Time
+	jitter   func(time.Duration) time.Duration // a random duration in [0, n)
 
 	mu      sync.Mutex
 	epoch   int64 // this boot, as the ledger assigned it; 0 until then
@@ -86,7 +87,7 @@ func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }
 func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, error), budgeted func() map[string]bool) *BudgetHolder {
 	return &BudgetHolder{
 		node: node, boot: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
-		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now,
+		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now, jitter: rand.N[time.Duration],
 		leases: map[string]*localLease{}, need: map[string]Nanos{}, parked: map[string]bool{}, backoff: map[string]time.Time{}, kick: make(chan struct{}, 1),
 	}
 }
@@ -189,6 +190,24 @@ func (h *BudgetHolder) Run(ctx context.Context) {
 		cancel()
 	}
 }
+
+// Drive hands the holder to a simulator: its clock is now, its random
+// choices come from seed (the same seed, the same run), and instead of
+// Run, the simulator calls Sync at the holder's interval of virtual time.
+func (h *BudgetHolder) Drive(now func() time.Time, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xb0d9e7))
+	h.mu.Lock()
+	h.now, h.boot = now, int64(seed&(1<<62-1))
+	h.jitter = func(n time.Duration) time.Duration { return time.Duration(rng.Int64N(int64(n))) }
+	h.mu.Unlock()
+}
+
+// Sync sends one batch to the ledger, as Run does every interval; release
+// gives every lease back.
+func (h *BudgetHolder) Sync(ctx context.Context, release bool) error { return h.sync(ctx, release) }
+
+// Interval is how often Run syncs.
+func (h *BudgetHolder) Interval() time.Duration { return h.interval }
 
 // Crash makes Run stop without its last sync, as a crash would: the
 // escrow stays reserved until the ledger writes it off.
@@ -347,7 +366,7 @@ func (h *BudgetHolder) parkIdleLocked(now time.Time) {
 		case need == 0 && now.Sub(l.lastUse) >= parkAfter:
 			h.parked[tenant] = true
 		case need > l.free() && l.headroom >= need:
-			h.backoff[tenant] = now.Add(h.interval + rand.N(2*h.interval+1))
+			h.backoff[tenant] = now.Add(h.interval + h.jitter(2*h.interval+1))
 		default:
 			continue
 		}

@@ -31,6 +31,7 @@ type ChatRequest struct {
 	textBytes int // bytes of text in messages: content, names, tool calls
 	images    int // image parts, each priced at tokensPerImage at most
 	raw       []byte
+	rawLen    int // a synthetic request's body length (it has no body)
 	members   []member
 }
 
@@ -111,6 +112,15 @@ func (m *Message) texts() []string {
 
 var validRoles = map[string]bool{
 	"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true,
+}
+
+// SyntheticChat is a request with no body, as the simulator plans them:
+// promptTokens of prompt (at four bytes a token, the estimate's own
+// assumption, in one user message) and a completion of maxTokens.
+func SyntheticChat(model string, promptTokens, maxTokens int, stream bool, user string) *ChatRequest {
+	text := 4 * max(promptTokens, 1)
+	return &ChatRequest{Model: model, Messages: []Message{{Role: "user"}}, Stream: stream, MaxTokens: maxTokens, N: 1, User: user,
+		textBytes: text, rawLen: text + 64}
 }
 
 // ParseChatRequest decodes and validates body. The returned request keeps

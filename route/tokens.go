@@ -112,8 +112,12 @@ func (t Tokenizer) CountMessages(msgs []Message) int {
 // images, which the body may only link to, are bounded by tokensPerImage.
 func (r *ChatRequest) PromptEstimate() (expected, upper int) {
 	framing := tokensReplyPrime + len(r.Messages)*(tokensPerMessage+tokensPerName)
-	extra := len(r.raw) - r.textBytes // tool schemas, response formats, JSON syntax
+	raw := len(r.raw)
+	if r.raw == nil {
+		raw = r.rawLen // a synthetic request
+	}
+	extra := raw - r.textBytes // tool schemas, response formats, JSON syntax
 	expected = framing + (r.textBytes+3)/4 + extra/16 + r.images*tokensPerImage/2
-	upper = framing + len(r.raw) + r.images*tokensPerImage
+	upper = framing + raw + r.images*tokensPerImage
 	return expected, upper
 }

@@ -1,6 +1,6 @@
 // Command llmesh is the one llmesh binary: the agent that runs a node, the
-// provider emulator, the operator verbs, the demo and the benchmark
-// harness. Signals are handled here only.
+// provider emulator, the operator verbs, the demo, the simulator and the
+// benchmark harness. Signals are handled here only.
 package main
 
 import (
@@ -19,6 +19,7 @@ Usage:
   llmesh demo                       a three-region mesh in one process, a little traffic, where it went and why
   llmesh emulate -listen ADDR ...   a standalone OpenAI-compatible provider emulator
   llmesh bench [-rate N] [-stream F] the node's cost against the emulator, a bare Go proxy and nginx
+  llmesh sim -scenario FILE         a mesh in virtual time under four policies: cost, latency, residency, budgets
   llmesh members                    the mesh's nodes: region, address, state, estimated RTT
   llmesh providers                  the providers as the node sees them, with every node's reports
   llmesh join ADDR...               make the node join the mesh through gossip ADDRs
@@ -61,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDemo(args[1:], stdout, stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "sim":
+		return runSim(args[1:], stdout, stderr)
 	case "members":
 		return runMembers(args[1:], stdout, stderr)
 	case "providers":
