@@ -223,3 +223,35 @@ func TestEmulate(t *testing.T) {
 		t.Fatalf("emulate exited with %v\n%s", err, stderr)
 	}
 }
+
+// TestSim runs a scenario through the binary twice: the table names every
+// policy, the charts are written, and the JSON is the same both times; a
+// bad scenario is refused with the field named.
+func TestSim(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"sim", "-scenario", "../../sim/scenarios/eu-outage-strict.yaml", "-duration", "30m"}
+	out, err := exec.Command(binary, append(args, "-svg", dir)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, p := range []string{"round-robin", "cheapest-first", "latency-first", "llmesh", "residency violations"} {
+		if !strings.Contains(string(out), p) {
+			t.Fatalf("no %q in:\n%s", p, out)
+		}
+	}
+	for _, f := range []string{"latency-cdf.svg", "cost-over-time.svg", "load-by-region.svg"} {
+		if b, err := os.ReadFile(filepath.Join(dir, f)); err != nil || !strings.HasPrefix(string(b), "<svg") {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	a, err1 := exec.Command(binary, append(args, "-json")...).Output()
+	b, err2 := exec.Command(binary, append(args, "-json")...).Output()
+	if err1 != nil || err2 != nil || string(a) != string(b) || !strings.Contains(string(a), `"residency_violations": 0`) {
+		t.Fatalf("two runs: %v %v, equal %v", err1, err2, string(a) == string(b))
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("name: x\nduration: 1h\nregions: [{name: r, jurisdiction: eu}]\nprovders: []\n"), 0o600)
+	if out, err := exec.Command(binary, "sim", "-scenario", bad).CombinedOutput(); err == nil || !strings.Contains(string(out), "provders") {
+		t.Fatalf("bad scenario: %v %s", err, out)
+	}
+}
