@@ -24,7 +24,7 @@ func TestImportRules(t *testing.T) {
 		"sim/bench":    {}, // the load generator: standard library only
 		"cmd/llmesh":   {"*"},
 		"sim/loadtest": {}, // tests' balancer and load: standard library and openai-go
-		"sim/des":      {"route", "region", "consensus"},
+		"sim/des":      {"route", "region", "consensus", "proto"},
 		"deploy":       {}, // files and their tests only
 	}
 	out, err := exec.Command("go", "list", "-json=ImportPath,Deps,Doc,Standard", module+"/...").Output()

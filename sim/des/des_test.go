@@ -24,8 +24,8 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.Duration = min(s.Duration, 2*time.Hour)
-			s.Workload.SessionsPerHour = min(s.Workload.SessionsPerHour, 2000)
+			s.Duration = min(s.Duration, time.Hour)
+			s.Workload.SessionsPerHour = min(s.Workload.SessionsPerHour, 1500)
 			rs, err := Run(s)
 			if err != nil {
 				t.Fatal(err)
@@ -95,9 +95,9 @@ func TestDeterministic(t *testing.T) {
 // limits, tenants with residencies and budgets, partitions — never send
 // data outside a residency and never overspend a budget, under any policy.
 func TestRandomScenariosHoldInvariants(t *testing.T) {
-	n := 12
+	n := 8
 	if testing.Short() {
-		n = 4
+		n = 3
 	}
 	for i := range n {
 		s := randomScenario(uint64(i + 1))

@@ -84,28 +84,29 @@ func Run(s *Scenario) ([]Result, error) {
 
 // world is one policy's simulation.
 type world struct {
-	s        *Scenario
-	policy   string
-	now      time.Duration
-	seq      uint64
-	events   eventHeap
-	regions  *region.Map
-	juris    map[string]region.Jurisdiction // by region
-	catalog  *route.Catalog
-	specs    map[string]*ProviderSpec
-	limiter  *route.Limiter // each provider's own limits
-	nodes    []*simNode
-	byRegion map[string][]*simNode
-	ledger   *consensus.Ledger
-	leader   string // the ledger's region
-	tenants  map[string]*TenantSpec
-	rr       *roundRobin
-	res      *Result
-	lastProv map[string]string // by session: the provider of its last answered turn
-	wl       *rand.Rand        // the workload's stream, the same under every policy
-	reqID    uint64
-	laterOK  int // answered requests that were a session's later turn
-	hits     int // of those, served by the previous turn's provider
+	s          *Scenario
+	policy     string
+	now        time.Duration
+	seq        uint64
+	events     eventHeap
+	regions    *region.Map
+	juris      map[string]region.Jurisdiction // by region
+	catalog    *route.Catalog
+	specs      map[string]*ProviderSpec
+	limiter    *route.Limiter // each provider's own limits
+	nodes      []*simNode
+	byRegion   map[string][]*simNode
+	ledger     *consensus.Ledger
+	leader     string // the ledger's region
+	tenants    map[string]*TenantSpec
+	rr         *roundRobin
+	res        *Result
+	lastProv   map[string]string // by session: the provider of its last answered turn
+	wl         *rand.Rand        // the workload's stream, the same under every policy
+	reqID      uint64
+	withBudget map[string]bool
+	laterOK    int // answered requests that were a session's later turn
+	hits       int // of those, served by the previous turn's provider
 }
 
 type simNode struct {
@@ -252,14 +253,18 @@ func (w *world) apply(n *simNode) func(context.Context, consensus.Command) (cons
 	}
 }
 
+// budgeted lists the tenants with a budget (the holders ask for it every
+// sync: built once).
 func (w *world) budgeted() map[string]bool {
-	out := map[string]bool{}
-	for name, t := range w.tenants {
-		if t.BudgetUSD > 0 {
-			out[name] = true
+	if w.withBudget == nil {
+		w.withBudget = map[string]bool{}
+		for name, t := range w.tenants {
+			if t.BudgetUSD > 0 {
+				w.withBudget[name] = true
+			}
 		}
 	}
-	return out
+	return w.withBudget
 }
 
 // cut reports whether regions a and b cannot reach each other at t.
