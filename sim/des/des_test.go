@@ -164,21 +164,27 @@ func randomScenario(seed uint64) *Scenario {
 	return s
 }
 
-// TestScale runs 100 regions and 1,000 providers under the llmesh policy
-// and reports the time; LLMESH_SIM_SCALE=1 runs it (a minute of CPU).
+// TestScale runs 100 regions and 1,000 providers (twenty models, fifty
+// providers each) under the llmesh policy for a day, about a million
+// requests, and reports the time; LLMESH_SIM_SCALE=1 runs it.
 func TestScale(t *testing.T) {
-	if os.Getenv("LLMESH_SIM_SCALE") == "" {
-		t.Skip("set LLMESH_SIM_SCALE=1 to run 100 regions, 1,000 providers and about a million requests")
+	v := os.Getenv("LLMESH_SIM_SCALE")
+	if v == "" {
+		t.Skip("set LLMESH_SIM_SCALE=1 to run 100 regions, 1,000 providers and about a million requests (or =1h for an hour of it)")
 	}
 	s := scaleScenario()
+	if d, err := time.ParseDuration(v); err == nil {
+		s.Duration = d
+	}
 	start := time.Now()
 	r, err := RunPolicy(s, "llmesh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d regions, %d providers: %d requests (%d answered) in %v", len(s.Regions), len(s.Providers), r.Requests, r.OK, time.Since(start).Round(time.Millisecond))
-	if r.ResidencyViolations != 0 || r.OverspendUSD != 0 {
-		t.Fatalf("%d violations, $%g overspent", r.ResidencyViolations, r.OverspendUSD)
+	t.Logf("%d regions, %d providers, %v: %d requests in %v: %d answered, %d failed, %d×402, %d×429 waiting for escrow, %d failovers",
+		len(s.Regions), len(s.Providers), s.Duration, r.Requests, time.Since(start).Round(time.Millisecond), r.OK, r.Failed, r.BudgetRefused, r.EscrowWait, r.Failovers)
+	if r.ResidencyViolations != 0 || r.OverspendUSD != 0 || r.OK < r.Requests*9/10 {
+		t.Fatalf("%d violations, $%g overspent, %d of %d answered", r.ResidencyViolations, r.OverspendUSD, r.OK, r.Requests)
 	}
 }
 
@@ -196,7 +202,7 @@ func scaleScenario() *Scenario {
 			reach = "region"
 		}
 		fmt.Fprintf(&b, "  - {name: p%03d, region: r%02d, reach: %s, models: [{name: m%d, input_usd_per_mtok: %.2f, output_usd_per_mtok: %.2f}], ttft: {median: %dms, p99: %dms}, tokens_per_second: %d}\n",
-			p, p%100, reach, p%4, 0.05+float64(p%7)/10, 0.1+float64(p%11)/5, 100+p%300, 1500+p%1000, 40+p%80)
+			p, p%100, reach, p/50, 0.05+float64(p%7)/10, 0.1+float64(p%11)/5, 100+p%300, 1500+p%1000, 40+p%80)
 	}
 	b.WriteString("tenants:\n")
 	for ti := range 20 {
@@ -206,7 +212,12 @@ func scaleScenario() *Scenario {
 		}
 		fmt.Fprintf(&b, "  - {name: t%d, residency: %q, budget_usd: %d}\n", ti, res, 50*(ti%3))
 	}
-	b.WriteString("workload: {sessions_per_hour: 10400, turns: 4, think_time: 30s, prompt_tokens: {median: 600, p99: 6000}, completion_tokens: {median: 180, p99: 1200}, models: [{name: m0, weight: 4}, {name: m1, weight: 3}, {name: m2, weight: 2}, {name: m3, weight: 1}], stream: 0.7}\n")
+	// Twenty models, each served by fifty providers across the regions.
+	b.WriteString("workload: {sessions_per_hour: 10400, turns: 4, think_time: 30s, prompt_tokens: {median: 600, p99: 6000}, completion_tokens: {median: 180, p99: 1200}, stream: 0.7, models: [")
+	for m := range 20 {
+		fmt.Fprintf(&b, "{name: m%d, weight: %d}, ", m, 20-m)
+	}
+	b.WriteString("]}\n")
 	s, err := ParseScenario([]byte(b.String()))
 	if err != nil {
 		panic(err)
