@@ -357,10 +357,18 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 // Only a lease with nothing reserved and all spend reported is given
 // back.
 func (h *BudgetHolder) parkIdleLocked(now time.Time) {
+	// Candidates in tenant order: the jitter below is drawn in a fixed
+	// order, so that a simulator's seeded run repeats.
+	var idle []string
 	for tenant, l := range h.leases {
 		if l.remaining > 0 || l.inflight > 0 || l.spent != l.reported || l.free() <= 0 {
 			continue
 		}
+		idle = append(idle, tenant)
+	}
+	slices.Sort(idle)
+	for _, tenant := range idle {
+		l := h.leases[tenant]
 		need := h.need[tenant]
 		switch {
 		case need == 0 && now.Sub(l.lastUse) >= parkAfter:
