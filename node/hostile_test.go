@@ -129,7 +129,12 @@ func TestBrokenStreamEndsWithErrorEvent(t *testing.T) {
 				f = startNode(t, []upstream{{name: "p", kind: "openai"}}, nil)
 				f.emus["p"].SetMode(emulator.ModeCut)
 			} else {
-				f = startNode(t, []upstream{{name: "healthy", kind: "openai", in: 1, out: 1}}, withBroken(hostile(t, tc.h)))
+				f = startNode(t, []upstream{{name: "healthy", kind: "openai", in: 1, out: 1}}, func(c *node.Config) {
+					withBroken(hostile(t, tc.h))(c)
+					// The first event comes at once; on a loaded machine it
+					// may still take longer than the 300 ms the stalls need.
+					c.Timeouts.FirstByte = node.Duration(5 * time.Second)
+				})
 			}
 			resp := f.post(`{"model":"gpt-4o-mini","stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`)
 			out := readAll(t, resp.Body)
