@@ -79,7 +79,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	body, err := n.readBody(w, r)
+	body, err := n.readBody(w, http.NewResponseController(w), r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -165,7 +165,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant = t.Name
-	body, err := n.readBody(w, r)
+	body, err := n.readBody(w, sink.rc, r)
 	if err != nil {
 		status = writeError(sink, err)
 		return
@@ -270,11 +270,10 @@ func printable(s string) bool {
 // server then answers at once and drops the connection. Clearing the
 // deadline first would let net/http wait for the rest of the body before
 // answering, which a trickling client never sends.
-func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *http.Request) ([]byte, error) {
 	if r.ContentLength > n.s.maxBodyBytes {
 		return nil, errTooLarge
 	}
-	rc := http.NewResponseController(w)
 	// Deadlines are on the wall clock, whatever clock the node plans with.
 	_ = rc.SetReadDeadline(time.Now().Add(n.s.readBody))
 	var buf []byte

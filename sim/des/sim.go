@@ -333,7 +333,7 @@ func (w *world) nextArrival(t time.Duration) time.Duration {
 
 // session is one client's conversation: its requests share a key.
 type session struct {
-	id     uint64
+	key    string // its affinity key
 	tenant *TenantSpec
 	node   *simNode
 	model  string
@@ -346,7 +346,7 @@ func (w *world) arrive() {
 		return
 	}
 	w.reqID++
-	s := &session{id: w.reqID, tenant: w.pickTenant()}
+	s := &session{key: fmt.Sprintf("s%d", w.reqID), tenant: w.pickTenant()}
 	regions := s.tenant.Regions
 	if len(regions) == 0 {
 		for _, r := range w.s.Regions {
@@ -420,7 +420,7 @@ func (w *world) turn(s *session, i int) {
 func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 	w.res.Requests++
 	n := s.node
-	key := fmt.Sprintf("s%d", s.id)
+	key := s.key
 	req := &route.Request{Chat: route.SyntheticChat(s.model, prompt, completion, s.stream, key), Tenant: s.tenant.Name, Session: key}
 	if s.tenant.Residency != "" {
 		req.Residency = region.Residency{Jurisdiction: region.Jurisdiction(s.tenant.Residency)}
@@ -446,7 +446,7 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		name := t.Provider()
 		spec := w.specs[name]
 		at := w.now + elapsed
-		var hold route.BudgetHold
+		var hold route.BudgetHold = unbudgeted{}
 		if budgeted {
 			h, err := n.budget.Reserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
 			var retry *route.RetryAfterError
@@ -471,9 +471,7 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		if t.Via != "" {
 			if w.cut(n.region, t.ViaRegion, at) {
 				elapsed += forwardTimeout
-				if hold != nil {
-					hold.Settle(0)
-				}
+				hold.Settle(0)
 				continue
 			}
 			hop = w.rtt(n.region, t.ViaRegion)
@@ -482,27 +480,20 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		}
 		adm, ok := n.tracker.Acquire(name, now.Add(elapsed))
 		if !ok {
-			if hold != nil {
-				hold.Settle(0)
-			}
+			hold.Settle(0)
 			continue
 		}
 		u := w.uniform(id, a)
 		tokens := prompt + completion
 		switch {
-		case inWindow(spec.Outages, at):
-			elapsed += hop + failFast
-			n.tracker.Failure(adm, now.Add(elapsed))
-		case u < spec.ErrorRate:
+		case inWindow(spec.Outages, at) || u < spec.ErrorRate:
 			elapsed += hop + failFast
 			n.tracker.Failure(adm, now.Add(elapsed))
 		default:
 			if ok, _ := w.limiter.Take(name, tokens, now.Add(elapsed)); !ok {
 				elapsed += hop + failFast
 				n.tracker.RateLimited(adm, time.Second, now.Add(elapsed))
-				if hold != nil {
-					hold.Settle(0)
-				}
+				hold.Settle(0)
 				continue
 			}
 			z := w.normal(id, a)
@@ -512,14 +503,10 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 			cost := (float64(prompt)*t.Offer.Model.InputUSDPerMTok + float64(completion)*t.Offer.Model.OutputUSDPerMTok) / 1e6
 			total := elapsed + hop + ttft + gen
 			w.answered(s, turn, name, spec, elapsed+hop+ttft, total, cost, req.Residency)
-			if hold != nil {
-				w.at(w.now+total, func() { hold.Settle(cost) })
-			}
+			w.at(w.now+total, func() { hold.Settle(cost) })
 			return
 		}
-		if hold != nil {
-			hold.Settle(0)
-		}
+		hold.Settle(0)
 	}
 	w.res.Failed++
 }
@@ -539,7 +526,7 @@ func (w *world) answered(s *session, turn int, provider string, spec *ProviderSp
 	if !res.Allows(p.Jurisdictions) {
 		r.ResidencyViolations++
 	}
-	key := fmt.Sprintf("s%d", s.id)
+	key := s.key
 	if turn > 0 {
 		w.laterOK++
 		if w.lastProv[key] == provider {
@@ -633,6 +620,11 @@ func pct(sorted []float64, q float64) float64 {
 }
 
 func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+
+// unbudgeted is the hold of a tenant without a budget: nothing to settle.
+type unbudgeted struct{}
+
+func (unbudgeted) Settle(float64) {}
 
 // The baseline policies, ordering the same filtered targets as llmesh's.
 
