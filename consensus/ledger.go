@@ -75,6 +75,11 @@ type Books struct {
 	Forfeited Nanos             `json:"forfeited"` // escrow written off as spent
 	Overspend Nanos             `json:"overspend"` // spend reported beyond escrow
 	Leases    map[string]*Lease `json:"leases"`    // by node
+
+	// reserved is the sum of the leases' Reserved, kept as they change
+	// (setLease, dropLease) so that a sync need not add up every node's
+	// lease; Restore recomputes it.
+	reserved Nanos
 }
 
 // Lease is escrow granted to one node for one tenant and period.
@@ -90,7 +95,25 @@ type Lease struct {
 func (l *Lease) Reserved() Nanos { return max(l.Granted-l.Spent, 0) }
 
 // Reserved is the escrow outstanding across every lease of b.
-func (b *Books) Reserved() Nanos {
+func (b *Books) Reserved() Nanos { return b.reserved }
+
+// change applies f to le, a lease of b, keeping b's sum of reserved
+// escrow.
+func (b *Books) change(le *Lease, f func(*Lease)) {
+	b.reserved -= le.Reserved()
+	f(le)
+	b.reserved += le.Reserved()
+}
+
+// dropLease removes node's lease from b.
+func (b *Books) dropLease(node string) {
+	if le := b.Leases[node]; le != nil {
+		b.reserved -= le.Reserved()
+		delete(b.Leases, node)
+	}
+}
+
+func (b *Books) sumReserved() Nanos {
 	var r Nanos
 	for _, l := range b.Leases {
 		r += l.Reserved()
@@ -158,6 +181,7 @@ func (l *Ledger) reset(s state) {
 		if b.Leases == nil {
 			b.Leases = map[string]*Lease{}
 		}
+		b.reserved = b.sumReserved()
 	}
 	l.s = s
 	l.applied = make(map[string]bool, len(s.Applied))
@@ -218,7 +242,10 @@ func (l *Ledger) prune(now int64) {
 		i++
 	}
 	if i > 0 {
-		l.s.Applied = slices.Delete(l.s.Applied, 0, i)
+		// Reslice rather than shift: append copies only what is live when
+		// it next grows, where a shift would move the whole window on
+		// every command.
+		l.s.Applied = l.s.Applied[i:]
 	}
 }
 
@@ -342,7 +369,7 @@ func (l *Ledger) forfeit(node string, match func(*Lease) bool) {
 			r := le.Reserved()
 			b.Settled += r
 			b.Forfeited += r
-			delete(b.Leases, node)
+			b.dropLease(node)
 		}
 	}
 }
@@ -469,11 +496,11 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			if over := u.Spent - max(le.Granted, le.Spent); over > 0 {
 				b.Overspend += over
 			}
-			le.Spent = u.Spent
+			b.change(le, func(le *Lease) { le.Spent = u.Spent })
 			b.Settled += d
 		}
 		if u.Release {
-			delete(b.Leases, c.Node)
+			b.dropLease(c.Node)
 		}
 	}
 	var exhausted []string
@@ -493,7 +520,7 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			exhausted = append(exhausted, w.Tenant)
 		}
 		if grant > 0 {
-			le.Granted += grant
+			b.change(le, func(le *Lease) { le.Granted += grant })
 		}
 	}
 	l.renew(c.Node, c.Epoch, now, now+max(c.TTL, 0))
@@ -517,8 +544,7 @@ const booksRetention = int64(32 * 24 * time.Hour)
 
 // close drops the books of periods that ended long ago and hold no escrow.
 func (l *Ledger) close(now int64) {
-	for _, k := range sortedKeys(l.s.Books) {
-		b := l.s.Books[k]
+	for k, b := range l.s.Books { // the same books go, in any order
 		if b.End <= now-booksRetention && len(b.Leases) == 0 {
 			delete(l.s.Books, k)
 		}
@@ -532,9 +558,17 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 		return r
 	}
 	r.Epoch = seq.Epoch
-	for _, k := range sortedKeys(l.s.Books) {
-		b := l.s.Books[k]
+	var keys []string
+	for k, b := range l.s.Books {
 		if le := b.Leases[node]; le != nil && le.Epoch == seq.Epoch {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	r.Leases = make([]LeaseView, 0, len(keys))
+	for _, k := range keys {
+		b := l.s.Books[k]
+		if le := b.Leases[node]; le != nil {
 			r.Leases = append(r.Leases, LeaseView{
 				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
 				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
@@ -550,6 +584,9 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 func (l *Ledger) Check() error {
 	for _, k := range sortedKeys(l.s.Books) {
 		b := l.s.Books[k]
+		if r := b.sumReserved(); r != b.reserved {
+			return fmt.Errorf("books %s: the kept sum of reserved escrow %v is not the leases' %v", k, b.reserved, r)
+		}
 		if s, r := b.Settled, b.Reserved(); s+r > b.Limit {
 			return fmt.Errorf("books %s: settled %v + reserved %v exceed the limit %v", k, s, r, b.Limit)
 		}

@@ -90,6 +90,9 @@ func (s Set) Contains(j Jurisdiction) bool {
 
 // String renders s as "eu,us".
 func (s Set) String() string {
+	if len(s) == 1 {
+		return string(s[0]) // most providers: no allocation
+	}
 	parts := make([]string, len(s))
 	for i, j := range s {
 		parts[i] = string(j)

@@ -220,6 +220,9 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 // others were left out, and returns how many were compliant.
 func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky string, now time.Time) int {
 	compliant := 0
+	if plan.Targets == nil {
+		plan.Targets = make([]Target, 0, len(offers))
+	}
 	for _, o := range offers {
 		pv := o.Provider
 		if !req.Residency.Allows(pv.Jurisdictions) {
