@@ -244,6 +244,17 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 	return refresh, nil
 }
 
+// Drive hands the holder to a simulator: its clock is now, and instead
+// of Run, the simulator calls Renew when the last renewal said to.
+func (h *RateHolder) Drive(now func() time.Time) {
+	h.mu.Lock()
+	h.now = now
+	h.mu.Unlock()
+}
+
+// Renew sends one renewal, as Run does, and returns when to renew next.
+func (h *RateHolder) Renew(ctx context.Context) (time.Duration, error) { return h.renewOnce(ctx) }
+
 // Ready reports whether the holder can admit requests to limited
 // providers: it has renewed once, or the mesh has no voters, or no
 // provider is limited.

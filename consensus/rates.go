@@ -389,3 +389,27 @@ func (a *allocator) cut(provider string, saw429 bool, now time.Time) float64 {
 	}
 	return b.f
 }
+
+// RateAllocator is the leader's division of rate capacity, for a
+// simulator that plays the leader without Raft: ready at once, with
+// nothing to learn.
+type RateAllocator struct{ a *allocator }
+
+// NewRateAllocator returns an allocator of caps with the lease and
+// window a Server would use (zero: its defaults).
+func NewRateAllocator(caps []RateCapacity, lease, window time.Duration) *RateAllocator {
+	a := newAllocator(lease, window)
+	a.setCapacities(caps)
+	a.setReady(true)
+	return &RateAllocator{a: a}
+}
+
+// Renew answers one node's renewal as a leader would: its grants, their
+// lease and when to renew.
+func (x *RateAllocator) Renew(node string, demands []Demand, now time.Time) ([]Grant, time.Duration, time.Duration, error) {
+	g, err := x.a.grant(node, demands, now)
+	return g, x.a.lease, x.a.refresh(), err
+}
+
+// refresh is how often a node renews its shares.
+func (a *allocator) refresh() time.Duration { return a.lease / 6 }

@@ -176,7 +176,7 @@ func (c *Client) Rates(ctx context.Context, demands []Demand) ([]Grant, time.Dur
 func (c *Client) rates(ctx context.Context, node string, demands []Demand, hops uint32) ([]Grant, time.Duration, time.Duration, error) {
 	if c.server != nil && c.server.IsLeader() {
 		g, err := c.server.rates.grant(node, demands, c.server.now())
-		return g, c.server.rates.lease, c.server.rates.lease / 6, err
+		return g, c.server.rates.lease, c.server.rates.refresh(), err
 	}
 	lc, err := c.remote(hops)
 	if err != nil {

@@ -39,6 +39,7 @@ type Ring struct {
 	inFlight []atomic.Int64 // requests in flight, by replica
 	seated   []atomic.Int64 // active sessions seated, by replica
 	seed     maphash.Seed
+	fixed    bool // shard by a fixed hash (Deterministic)
 	shards   [ringShards]ringShard
 	cursor   atomic.Uint32 // the shard the next Seat looks after, besides its own
 }
@@ -117,8 +118,17 @@ func mix(x uint64) uint64 {
 }
 
 func (r *Ring) shard(key string) *ringShard {
+	if r.fixed {
+		return &r.shards[hash64(key, 0)%ringShards]
+	}
 	return &r.shards[maphash.String(r.seed, key)%ringShards]
 }
+
+// Deterministic makes r keep sessions by a fixed hash instead of a
+// random seed, so that a seeded simulation repeats (which shard is swept
+// when decides when an expired seat stops counting). A node keeps the
+// seed: nobody outside can aim session keys at one shard.
+func (r *Ring) Deterministic() { r.fixed = true }
 
 // Order returns the replicas in the order to try them for a request of
 // session key: first the session's seat if it has one on a replica not

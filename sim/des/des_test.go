@@ -61,12 +61,14 @@ func checkInvariants(t *testing.T, s *Scenario, rs []Result) {
 // The same scenario and seed give the same output, byte for byte: the
 // JSON and the charts.
 func TestDeterministic(t *testing.T) {
-	// Budgets, a partition and an outage: every source of randomness.
+	// Budgets, a partition, an outage, replicas and rate shares: every
+	// source of randomness.
 	s, err := LoadScenario("../scenarios/region-partitioned.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Providers[1].Outages = []Window{{Start: 20 * time.Minute, End: 30 * time.Minute}}
+	s.Providers[0].Replicas, s.Providers[0].RPM = 3, 60 // the ring and rate shares too
 	out := func() []byte {
 		rs, err := Run(s)
 		if err != nil {
@@ -147,6 +149,11 @@ func TestRandomScenariosHoldInvariants(t *testing.T) {
 			if r.ResidencyViolations != 0 || r.OverspendUSD != 0 {
 				t.Fatalf("scenario %d, %s: %d violations, $%g overspent", i, r.Policy, r.ResidencyViolations, r.OverspendUSD)
 			}
+			// The mesh's rate shares keep every node's calls within a
+			// provider's own limits, across partitions and outages.
+			if r.Upstream429 != 0 {
+				t.Fatalf("scenario %d, %s: %d calls beyond a provider's own limits", i, r.Policy, r.Upstream429)
+			}
 			for _, ten := range s.Tenants {
 				if ten.BudgetUSD > 0 && r.SpentByTenant[ten.Name] > ten.BudgetUSD+1e-9 {
 					t.Fatalf("scenario %d, %s: %s spent $%g of $%g", i, r.Policy, ten.Name, r.SpentByTenant[ten.Name], ten.BudgetUSD)
@@ -169,8 +176,8 @@ func randomScenario(seed uint64) *Scenario {
 	np := 2 + rng.IntN(6)
 	for p := range np {
 		reach := []string{"global", "region"}[rng.IntN(2)]
-		fmt.Fprintf(&b, "  - {name: p%d, region: r%d, reach: %s, models: [{name: m, input_usd_per_mtok: %.2f, output_usd_per_mtok: %.2f}], ttft: {median: %dms, p99: %dms}, tokens_per_second: %d, rpm: %d, error_rate: %.2f",
-			p, rng.IntN(nr), reach, 0.05+rng.Float64(), 0.1+2*rng.Float64(), 50+rng.IntN(300), 1000+rng.IntN(2000), 30+rng.IntN(100), []int{0, 30, 120}[rng.IntN(3)], rng.Float64()*0.1)
+		fmt.Fprintf(&b, "  - {name: p%d, region: r%d, reach: %s, models: [{name: m, input_usd_per_mtok: %.2f, output_usd_per_mtok: %.2f}], ttft: {median: %dms, p99: %dms}, tokens_per_second: %d, rpm: %d, error_rate: %.2f, replicas: %d",
+			p, rng.IntN(nr), reach, 0.05+rng.Float64(), 0.1+2*rng.Float64(), 50+rng.IntN(300), 1000+rng.IntN(2000), 30+rng.IntN(100), []int{0, 30, 120}[rng.IntN(3)], rng.Float64()*0.1, []int{0, 0, 3}[rng.IntN(3)])
 		if rng.IntN(3) == 0 {
 			start := rng.IntN(60)
 			fmt.Fprintf(&b, ", outages: [{start: %dm, end: %dm}]", start, start+5+rng.IntN(30))

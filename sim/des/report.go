@@ -14,10 +14,10 @@ import (
 func Table(w io.Writer, s *Scenario, rs []Result) {
 	fmt.Fprintf(w, "%s: %s of virtual time, %d regions, %d providers, seed %d\n\n", s.Name, s.Duration, len(s.Regions), len(s.Providers), s.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trequests\tok\tfailed\t402\t429 escrow\tfailovers\tcost\tsaved vs RR\tp50\tp99\tTTFT p50\tTTFT p99\taffinity\tresidency violations\toverspend\t")
+	fmt.Fprintln(tw, "policy\trequests\tok\tfailed\t402\t429 escrow\t429 upstream\tfailovers\tcost\tsaved vs RR\tp50\tp99\tTTFT p50\tTTFT p99\taffinity\tresidency violations\toverspend\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t$%.4f\t%.1f%%\t%.0fms\t%.0fms\t%.0fms\t%.0fms\t%.1f%%\t%d\t$%.6f\t\n",
-			r.Policy, r.Requests, r.OK, r.Failed, r.BudgetRefused, r.EscrowWait, r.Failovers, r.CostUSD, 100*r.SavedVsRR,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t$%.4f\t%.1f%%\t%.0fms\t%.0fms\t%.0fms\t%.0fms\t%.1f%%\t%d\t$%.6f\t\n",
+			r.Policy, r.Requests, r.OK, r.Failed, r.BudgetRefused, r.EscrowWait, r.Upstream429, r.Failovers, r.CostUSD, 100*r.SavedVsRR,
 			r.LatencyP50, r.LatencyP99, r.TTFTP50, r.TTFTP99, 100*r.AffinityHitRate, r.ResidencyViolations, r.OverspendUSD)
 	}
 	tw.Flush()

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/llmesh/llmesh/route"
 )
 
 // Scenario is what a simulation runs: see sim/scenarios for examples.
@@ -75,9 +77,14 @@ type ProviderSpec struct {
 	TTFT Dist `yaml:"ttft"`
 	// TokensPerSecond is the generation speed after the first token.
 	TokensPerSecond float64 `yaml:"tokens_per_second"`
-	// RPM and TPM are the provider's own limits (429 beyond them).
+	// RPM and TPM are the provider's own limits (429 beyond them), which
+	// the mesh also knows: the leader shares them out among the nodes.
 	RPM int `yaml:"rpm"`
 	TPM int `yaml:"tpm"`
+	// Replicas is how many endpoints serve it (a GPU cluster's
+	// replicas): sessions are placed on them by the bounded-load ring,
+	// and a later turn on the same replica finds its prompt cached.
+	Replicas int `yaml:"replicas"`
 	// Outages are windows when every call fails.
 	Outages []Window `yaml:"outages"`
 	// ErrorRate is the fraction of calls that fail at other times.
@@ -227,6 +234,10 @@ func (s *Scenario) check() error {
 			return bad(f+".tokens_per_second", "must be above 0")
 		case p.ErrorRate < 0 || p.ErrorRate > 1:
 			return bad(f+".error_rate", "must be in [0, 1]")
+		case p.RPM < 0 || p.TPM < 0:
+			return bad(f+".rpm", "limits must not be negative")
+		case p.Replicas < 0 || p.Replicas > route.MaxReplicas:
+			return bad(f+".replicas", "must be in [0, %d]", route.MaxReplicas)
 		}
 		names[p.Name] = true
 		for _, m := range p.Models {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
@@ -30,22 +31,26 @@ const (
 
 // Result is what one policy did with the scenario.
 type Result struct {
-	Policy        string  `json:"policy"`
-	Requests      int     `json:"requests"`
-	OK            int     `json:"ok"`
-	Failed        int     `json:"failed"`         // every attempt failed, or nothing to try
-	BudgetRefused int     `json:"budget_refused"` // 402: the tenant's budget is spent
-	EscrowWait    int     `json:"escrow_wait"`    // 429: the budget left is other nodes' escrow
-	Failovers     int     `json:"failovers"`      // attempts beyond the first
-	CostUSD       float64 `json:"cost_usd"`
-	SavedVsRR     float64 `json:"saved_vs_round_robin"` // fraction of round-robin's cost
-	LatencyP50    float64 `json:"latency_p50_ms"`
-	LatencyP90    float64 `json:"latency_p90_ms"`
-	LatencyP99    float64 `json:"latency_p99_ms"`
-	TTFTP50       float64 `json:"ttft_p50_ms"`
-	TTFTP99       float64 `json:"ttft_p99_ms"`
+	Policy        string `json:"policy"`
+	Requests      int    `json:"requests"`
+	OK            int    `json:"ok"`
+	Failed        int    `json:"failed"`         // every attempt failed, or nothing to try
+	BudgetRefused int    `json:"budget_refused"` // 402: the tenant's budget is spent
+	EscrowWait    int    `json:"escrow_wait"`    // 429: the budget left is other nodes' escrow
+	Failovers     int    `json:"failovers"`      // attempts beyond the first
+	// Upstream429 counts calls a provider refused for its own limits:
+	// what the mesh's rate shares are there to prevent.
+	Upstream429 int     `json:"upstream_429"`
+	CostUSD     float64 `json:"cost_usd"`
+	SavedVsRR   float64 `json:"saved_vs_round_robin"` // fraction of round-robin's cost
+	LatencyP50  float64 `json:"latency_p50_ms"`
+	LatencyP90  float64 `json:"latency_p90_ms"`
+	LatencyP99  float64 `json:"latency_p99_ms"`
+	TTFTP50     float64 `json:"ttft_p50_ms"`
+	TTFTP99     float64 `json:"ttft_p99_ms"`
 	// AffinityHitRate is the share of a session's later turns served by
-	// the provider of its previous turn (whose prompt cache is warm).
+	// the provider (and replica) of its previous turn, whose prompt cache
+	// is warm.
 	AffinityHitRate     float64 `json:"affinity_hit_rate"`
 	ResidencyViolations int     `json:"residency_violations"` // must be 0
 	OverspendUSD        float64 `json:"overspend_usd"`        // must be 0
@@ -92,6 +97,10 @@ type world struct {
 	regions    *region.Map
 	juris      map[string]region.Jurisdiction // by region
 	catalog    *route.Catalog
+	providers  []route.Provider // as configured, for each node's own catalog
+	replicas   bool             // some provider has replicas
+	alloc      *consensus.RateAllocator
+	nodeByName map[string]*simNode
 	specs      map[string]*ProviderSpec
 	limiter    *route.Limiter // each provider's own limits
 	nodes      []*simNode
@@ -101,12 +110,12 @@ type world struct {
 	tenants    map[string]*TenantSpec
 	rr         *roundRobin
 	res        *Result
-	lastProv   map[string]string // by session: the provider of its last answered turn
+	lastProv   map[string]string // by session: the provider (and replica) of its last answered turn
 	wl         *rand.Rand        // the workload's stream, the same under every policy
 	reqID      uint64
 	withBudget map[string]bool
 	laterOK    int // answered requests that were a session's later turn
-	hits       int // of those, served by the previous turn's provider
+	hits       int // of those, served by the previous turn's provider and replica
 }
 
 type simNode struct {
@@ -114,6 +123,12 @@ type simNode struct {
 	planner      *route.Planner
 	tracker      *route.Tracker
 	budget       *consensus.BudgetHolder
+	// rates is the node's share of the limited providers' capacity,
+	// leased from the leader; nil when no provider is limited.
+	rates *consensus.RateHolder
+	// catalog is the node's own when providers have replicas: each node
+	// keeps its own ring of sessions and requests in flight.
+	catalog *route.Catalog
 	// touched says a request reserved or settled budget since the
 	// holder's last sync; due is when the holder next has something to
 	// send otherwise (zero: nothing).
@@ -127,15 +142,18 @@ func RunPolicy(s *Scenario, policy string) (*Result, error) {
 		return nil, fmt.Errorf("des: unknown policy %q (have %v)", policy, Policies)
 	}
 	w := &world{s: s, policy: policy, juris: map[string]region.Jurisdiction{}, specs: map[string]*ProviderSpec{},
-		byRegion: map[string][]*simNode{}, tenants: map[string]*TenantSpec{}, lastProv: map[string]string{},
+		byRegion: map[string][]*simNode{}, nodeByName: map[string]*simNode{}, tenants: map[string]*TenantSpec{}, lastProv: map[string]string{},
 		wl:  rand.New(rand.NewPCG(s.Seed, 0x11e5)),
 		res: &Result{Policy: policy, LoadByRegion: map[string]int{}, SpentByTenant: map[string]float64{}, CostByHour: make([]float64, int(math.Ceil(s.Duration.Hours())))}}
 	if err := w.build(); err != nil {
 		return nil, err
 	}
-	if len(w.budgeted()) > 0 {
-		for _, n := range w.nodes {
+	for _, n := range w.nodes {
+		if len(w.budgeted()) > 0 {
 			w.tick(n)
+		}
+		if n.rates != nil {
+			w.renew(n)
 		}
 	}
 	w.at(w.nextArrival(0), func() { w.arrive() })
@@ -189,15 +207,29 @@ func (w *world) build() error {
 		}
 		rp := route.Provider{Name: p.Name, Kind: route.KindOpenAI, Region: p.Region, Reach: reach, Jurisdictions: region.NewSet(set...),
 			BaseURL: "http://" + p.Name + ".invalid", Priority: p.Priority, RPM: p.RPM, TPM: p.TPM}
+		for r := range p.Replicas {
+			rp.Replicas = append(rp.Replicas, fmt.Sprintf("http://%s-%d.invalid", p.Name, r))
+		}
 		for _, md := range p.Models {
 			rp.Models = append(rp.Models, route.Model{Name: md.Name, InputUSDPerMTok: md.InputUSDPerMTok, OutputUSDPerMTok: md.OutputUSDPerMTok})
 		}
 		ps = append(ps, rp)
 	}
-	if w.catalog, err = route.NewCatalog(ps); err != nil {
+	if w.catalog, err = route.NewCatalog(slices.Clone(ps)); err != nil {
 		return err
 	}
+	w.providers = ps
 	w.limiter = route.NewLimiter(w.catalog.Providers())
+	var caps []consensus.RateCapacity
+	for _, p := range w.s.Providers {
+		if p.RPM > 0 || p.TPM > 0 {
+			caps = append(caps, consensus.RateCapacity{Provider: p.Name, RPM: int64(p.RPM), TPM: int64(p.TPM)})
+		}
+		w.replicas = w.replicas || p.Replicas > 1
+	}
+	if len(caps) > 0 {
+		w.alloc = consensus.NewRateAllocator(caps, 0, 0)
+	}
 	// The ledger, held by the first region's voter; tenants seeded as a
 	// node seeds them from its configuration.
 	w.ledger = consensus.NewLedger()
@@ -230,20 +262,64 @@ func (w *world) build() error {
 	}
 	for _, r := range w.s.Regions {
 		for i := range r.Nodes {
-			n := &simNode{name: fmt.Sprintf("%s-%d", r.Name, i+1), region: r.Name}
+			n := &simNode{name: fmt.Sprintf("%s-%d", r.Name, i+1), region: r.Name, catalog: w.catalog}
+			if w.replicas {
+				if n.catalog, err = route.NewCatalog(slices.Clone(w.providers)); err != nil {
+					return err
+				}
+				for _, p := range n.catalog.Providers() {
+					if p.Ring != nil {
+						p.Ring.Deterministic()
+					}
+				}
+			}
 			n.tracker = route.NewTracker(route.DefaultHealthConfig(), route.TrackerHooks{})
-			n.planner = &route.Planner{Self: n.name, Region: r.Name, Catalog: w.catalog, Health: n.tracker, Policy: policy,
+			n.planner = &route.Planner{Self: n.name, Region: r.Name, Catalog: n.catalog, Health: n.tracker, Policy: policy,
 				Regions: w.regions, Mesh: meshView{w: w, from: r.Name}}
+			if w.alloc != nil {
+				n.rates = consensus.NewRateHolder(n.name, n.catalog.Providers(), w.renewRates(n),
+					func() int { return len(w.nodes) }, func() bool { return false })
+				n.rates.Drive(w.clock)
+				n.planner.Quota = n.rates
+			}
 			if w.policy == "llmesh" {
 				n.planner.Affinity = route.NewAffinity(1 << 22)
 			}
 			n.budget = consensus.NewBudgetHolder(n.name, w.apply(n), w.budgeted)
 			n.budget.Drive(w.clock, w.s.Seed*1000003+uint64(len(w.nodes)))
 			w.nodes = append(w.nodes, n)
+			w.nodeByName[n.name] = n
 			w.byRegion[r.Name] = append(w.byRegion[r.Name], n)
 		}
 	}
 	return nil
+}
+
+// renewRates is a node's way to the leader's rate allocator: direct,
+// unless its region is cut off from the leader's.
+func (w *world) renewRates(n *simNode) func(context.Context, []consensus.Demand) ([]consensus.Grant, time.Duration, time.Duration, error) {
+	return func(_ context.Context, ds []consensus.Demand) ([]consensus.Grant, time.Duration, time.Duration, error) {
+		if w.cut(n.region, w.leader, w.now) {
+			return nil, 0, 0, errors.New("des: the leader's region is cut off")
+		}
+		return w.alloc.Renew(n.name, ds, w.clock())
+	}
+}
+
+// renew keeps a node's rate shares renewed as its Run loop would: when
+// the leader says, or a second after a failure.
+func (w *world) renew(n *simNode) {
+	var step func()
+	step = func() {
+		wait, err := n.rates.Renew(context.Background())
+		if err != nil {
+			wait = time.Second
+		}
+		if w.now < w.s.Duration+time.Hour {
+			w.at(w.now+wait, step)
+		}
+	}
+	w.at(w.now, step)
 }
 
 // apply is a node's way to the ledger: direct, unless its region is cut
@@ -441,12 +517,16 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		return
 	}
 	elapsed := time.Duration(0)
+	sent := 0 // calls made: a target refused before the call is not one
+	call := func() {
+		if sent > 0 {
+			w.res.Failovers++
+		}
+		sent++
+	}
 	for a, t := range plan.Targets {
 		if a == maxAttempts {
 			break
-		}
-		if a > 0 {
-			w.res.Failovers++
 		}
 		name := t.Provider()
 		spec := w.specs[name]
@@ -476,6 +556,7 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		hop := time.Duration(0)
 		if t.Via != "" {
 			if w.cut(n.region, t.ViaRegion, at) {
+				call()
 				elapsed += forwardTimeout
 				hold.Settle(0)
 				continue
@@ -489,6 +570,40 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 			hold.Settle(0)
 			continue
 		}
+		// The node that calls the provider (this one, or the via node)
+		// spends its own rate share and places the session on its own
+		// ring.
+		caller := n
+		if t.Via != "" {
+			caller = w.nodeByName[t.Via]
+		}
+		if caller.rates != nil {
+			if ok, _ := caller.rates.Take(name, t.Tokens, now.Add(elapsed)); !ok {
+				n.tracker.Release(adm)
+				hold.Settle(0)
+				continue
+			}
+		}
+		ring, replica := caller.catalog.Provider(name).Ring, -1
+		if ring != nil {
+			replica = t.Replica
+			if t.Via != "" { // the via node picks the replica itself
+				var buf [8]int
+				replica = ring.Order(key, nil, now.Add(elapsed), buf[:0])[0]
+			}
+			ring.Acquire(replica)
+		}
+		// failed gives back what the attempt took.
+		call()
+		failed := func() {
+			hold.Settle(0)
+			if caller.rates != nil {
+				caller.rates.Return(name, t.Tokens, now.Add(elapsed))
+			}
+			if ring != nil {
+				ring.Release(replica)
+			}
+		}
 		u := w.uniform(id, a)
 		tokens := prompt + completion
 		switch {
@@ -499,7 +614,11 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 			if ok, _ := w.limiter.Take(name, tokens, now.Add(elapsed)); !ok {
 				elapsed += hop + failFast
 				n.tracker.RateLimited(adm, time.Second, now.Add(elapsed))
-				hold.Settle(0)
+				w.res.Upstream429++
+				if caller.rates != nil {
+					caller.rates.RateLimited(name)
+				}
+				failed()
 				continue
 			}
 			z := w.normal(id, a)
@@ -508,19 +627,28 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 			n.tracker.Success(adm, ttft, ttft+gen)
 			cost := (float64(prompt)*t.Offer.Model.InputUSDPerMTok + float64(completion)*t.Offer.Model.OutputUSDPerMTok) / 1e6
 			total := elapsed + hop + ttft + gen
-			w.answered(s, turn, name, spec, elapsed+hop+ttft, total, cost, req.Residency)
+			if ring != nil {
+				ring.Seat(key, replica, now.Add(elapsed))
+			}
+			w.answered(s, turn, name, replica, spec, elapsed+hop+ttft, total, cost, req.Residency)
 			w.at(w.now+total, func() {
 				hold.Settle(cost)
 				n.touched = true
+				if caller.rates != nil && tokens != t.Tokens {
+					caller.rates.Return(name, t.Tokens-tokens, w.clock())
+				}
+				if ring != nil {
+					ring.Release(replica)
+				}
 			})
 			return
 		}
-		hold.Settle(0)
+		failed()
 	}
 	w.res.Failed++
 }
 
-func (w *world) answered(s *session, turn int, provider string, spec *ProviderSpec, ttft, total time.Duration, cost float64, res region.Residency) {
+func (w *world) answered(s *session, turn int, provider string, replica int, spec *ProviderSpec, ttft, total time.Duration, cost float64, res region.Residency) {
 	r := w.res
 	r.OK++
 	r.CostUSD += cost
@@ -536,14 +664,18 @@ func (w *world) answered(s *session, turn int, provider string, spec *ProviderSp
 		r.ResidencyViolations++
 	}
 	key := s.key
+	served := provider
+	if replica >= 0 {
+		served = provider + "#" + strconv.Itoa(replica)
+	}
 	if turn > 0 {
 		w.laterOK++
-		if w.lastProv[key] == provider {
+		if w.lastProv[key] == served {
 			w.hits++
 		}
 	}
 	if turn+1 < s.left {
-		w.lastProv[key] = provider
+		w.lastProv[key] = served
 	} else {
 		delete(w.lastProv, key)
 	}
