@@ -64,7 +64,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		if res != nil {
 			provider = res.Provider
 		}
-		n.account(start, tenant, model, provider, status, streaming, res, in.Origin)
+		n.account(start, in.RequestId, tenant, model, provider, status, streaming, res, in.Origin)
 	}()
 	refuse := func(err error) error {
 		status = writeError(sink, err)

@@ -2,7 +2,9 @@ package node_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +39,26 @@ type regionsFixture struct {
 	emus  map[string]*emulator.Emulator
 	// providers are the provider sections every node is given.
 	providers []node.ProviderSection
+	// logs are each node's request log lines, JSON, by region.
+	logs map[string]*syncBuffer
+}
+
+// syncBuffer is a log sink that tests read while nodes write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func regionsUpstreams(gpuEU emulator.Config) []upstream {
@@ -60,7 +83,8 @@ func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node
 	t.Helper()
 	base := startNode(t, ups, withRegions)
 	base.node.Kill() // only its emulators and provider sections are wanted
-	f := &regionsFixture{nodes: map[string]*node.Node{}, urls: map[string]string{}, emus: base.emus, providers: base.cfg.Providers}
+	f := &regionsFixture{nodes: map[string]*node.Node{}, urls: map[string]string{}, emus: base.emus, providers: base.cfg.Providers,
+		logs: map[string]*syncBuffer{}}
 	var seed string
 	for _, r := range []struct{ short, name string }{{"eu", "eu-west"}, {"us", "us-east"}, {"ap", "ap-south"}} {
 		cfg := baseConfig()
@@ -76,7 +100,8 @@ func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node
 		if edit != nil {
 			edit(r.short, cfg)
 		}
-		nd := startConfigured(t, cfg)
+		f.logs[r.short] = &syncBuffer{}
+		nd := startLogged(t, cfg, f.logs[r.short])
 		if seed == "" {
 			seed = nd.Mesh().Addr()
 		}
@@ -101,11 +126,18 @@ func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node
 }
 
 // startConfigured starts a node with cfg, stopped when the test ends.
-func startConfigured(t testing.TB, cfg *node.Config) *node.Node {
+func startConfigured(t testing.TB, cfg *node.Config) *node.Node { return startLogged(t, cfg, nil) }
+
+// startLogged is startConfigured with the node's info lines, JSON, also
+// written to requests.
+func startLogged(t testing.TB, cfg *node.Config, requests io.Writer) *node.Node {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if requests != nil {
+		logger = slog.New(slog.NewJSONHandler(requests, nil))
 	}
 	nd, err := node.New(cfg, node.Options{Logger: logger, Version: "test", Getenv: func(k string) string { return testEnvKeys[k] }})
 	if err != nil {
@@ -249,6 +281,61 @@ func postAs(t *testing.T, url, key, body string, hdr ...string) *http.Response {
 
 // A client that disconnects mid-stream stops the upstream stream on the
 // far node: the GPU cluster sees its request end within the bound.
+// TestRequestIDInBothNodesLogs follows a forwarded request by its id: the
+// client's X-Request-Id, or one the node makes, comes back on the answer
+// and is in the request line of the node the client called and of the
+// node that called the provider. Neither line holds the prompt or a key.
+func TestRequestIDInBothNodesLogs(t *testing.T) {
+	f := startRegions(t, regionsUpstreams(emulator.Config{}), nil)
+	eu := regionClient(f.urls["us"], euKey)
+	const prompt = "the secret recipe is 42 cloves of garlic"
+	for _, given := range []string{"trace-7f3a-forwarded", ""} {
+		var hdr *http.Response
+		opts := []option.RequestOption{option.WithResponseInto(&hdr)}
+		if given != "" {
+			opts = append(opts, option.WithHeader("X-Request-Id", given))
+		}
+		if _, err := eu.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: "gpt-4o-mini", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}, MaxTokens: openai.Int(4),
+		}, opts...); err != nil {
+			t.Fatal(err)
+		}
+		id := hdr.Header.Get("X-Request-Id")
+		if (given != "" && id != given) || (given == "" && len(id) < 16) {
+			t.Fatalf("X-Request-Id %q, sent %q", id, given)
+		}
+		if hdr.Header.Get("X-LLMesh-Via") != "eu-1" {
+			t.Fatalf("not forwarded: via %q", hdr.Header.Get("X-LLMesh-Via"))
+		}
+		lines := map[string]map[string]any{}
+		eventually(t, 10*time.Second, "the request line in both nodes' logs", func() bool {
+			for _, region := range []string{"us", "eu"} {
+				for _, l := range strings.Split(f.logs[region].String(), "\n") {
+					var m map[string]any
+					if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" && m["request_id"] == id {
+						lines[region] = m
+					}
+				}
+			}
+			return len(lines) == 2
+		})
+		origin, far := lines["us"], lines["eu"]
+		if origin["forwarded_by"] != nil || far["forwarded_by"] != "us-1" {
+			t.Fatalf("forwarded_by: origin %v, far %v", origin["forwarded_by"], far["forwarded_by"])
+		}
+		for region, m := range lines {
+			if m["tenant"] != "acme-eu" || m["provider"] != "gpu-eu" || m["outcome"] != "ok" || m["model"] != "gpt-4o-mini" {
+				t.Fatalf("%s's line: %v", region, m)
+			}
+		}
+	}
+	for region, b := range f.logs {
+		if out := b.String(); strings.Contains(out, "garlic") || strings.Contains(out, euKey) || strings.Contains(out, usKey) {
+			t.Fatalf("%s's log holds the prompt or a tenant key", region)
+		}
+	}
+}
+
 func TestForwardCancelReachesFarProvider(t *testing.T) {
 	slow := emulator.DefaultConfig()
 	slow.Name, slow.TPS, slow.TTFT = "gpu-eu", 20, 10*time.Millisecond

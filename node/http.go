@@ -150,13 +150,17 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		res    *route.Result
 		status int
 		stream bool
+		id     = requestID(r)
 	)
+	// The request id is the client's, or a new one; answers carry it,
+	// and so do forwards and every node's log line.
+	w.Header()["X-Request-Id"] = []string{id}
 	defer func() {
 		provider := ""
 		if res != nil && res.Target != nil {
 			provider = res.Provider
 		}
-		n.account(start, tenant, model, provider, status, stream, res, "")
+		n.account(start, id, tenant, model, provider, status, stream, res, "")
 	}()
 
 	t, ok := n.tenants.authenticate(r)
@@ -180,13 +184,12 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if rt.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
-	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: requestID(r)}
+	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id}
 	req.Residency, req.StrictTransit = n.policyOf(t)
 	if req.Session == "" {
 		req.Session = chat.User
 	}
 	req.Session = sessionKey(req.Session)
-	w.Header()["X-Request-Id"] = []string{req.ID}
 	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
 		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
 			n.metrics.refusals.WithLabelValues("header").Inc()
@@ -324,12 +327,13 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 // origin is the node that forwarded the request here, "" when a client
 // called this node. Tokens and cost count on the node that called the
 // provider, so a forwarded request is not counted twice.
-func (n *Node) account(start time.Time, tenant, model, provider string, status int, stream bool, res *route.Result, origin string) {
+func (n *Node) account(start time.Time, id, tenant, model, provider string, status int, stream bool, res *route.Result, origin string) {
 	d := n.now().Sub(start)
 	m := n.metrics
 	m.requests.WithLabelValues(model, provider, strconv.Itoa(status)).Inc()
 	m.duration.WithLabelValues(model, strconv.FormatBool(stream)).Observe(d.Seconds())
-	attrs := []any{"tenant", tenant, "model", model, "status", status, "stream", stream, "ms", d.Milliseconds()}
+	attrs := []any{"request_id", id, "tenant", tenant, "model", model, "status", status, "outcome", outcome(status, res),
+		"stream", stream, "ms", d.Milliseconds()}
 	if origin != "" {
 		attrs = append(attrs, "forwarded_by", origin)
 	}
@@ -351,6 +355,9 @@ func (n *Node) account(start time.Time, tenant, model, provider string, status i
 		if res.UsageCounted {
 			m.countedTokens.WithLabelValues(provider).Inc()
 		}
+		if res.Replica != "" {
+			attrs = append(attrs, "replica", res.Replica)
+		}
 		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens,
 			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
 			"truncated", res.Truncated)
@@ -363,6 +370,23 @@ func (n *Node) account(start time.Time, tenant, model, provider string, status i
 			}
 		}
 	}
+}
+
+// outcome sums a finished request up for its log line: ok, truncated
+// (a stream cut after its first byte), client_closed, refused (a
+// budget, rate or residency refusal, or a bad request), or error.
+func outcome(status int, res *route.Result) string {
+	switch {
+	case status == statusClientClosed:
+		return "client_closed"
+	case status >= 200 && status < 300 && res != nil && res.Truncated:
+		return "truncated"
+	case status >= 200 && status < 300:
+		return "ok"
+	case status >= 400 && status < 500, status == http.StatusServiceUnavailable:
+		return "refused"
+	}
+	return "error"
 }
 
 // httpSink is a route.ResponseSink over the client's HTTP response. A
