@@ -58,6 +58,20 @@ func checkInvariants(t *testing.T, s *Scenario, rs []Result) {
 	}
 }
 
+// runJSON runs every policy on s and returns the JSON report.
+func runJSON(t *testing.T, s *Scenario) (*bytes.Buffer, []Result) {
+	t.Helper()
+	rs, err := Run(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := JSON(&b, s, rs); err != nil {
+		t.Fatal(err)
+	}
+	return &b, rs
+}
+
 // The same scenario and seed give the same output, byte for byte: the
 // JSON and the charts.
 func TestDeterministic(t *testing.T) {
@@ -70,14 +84,7 @@ func TestDeterministic(t *testing.T) {
 	s.Providers[1].Outages = []Window{{Start: 20 * time.Minute, End: 30 * time.Minute}}
 	s.Providers[0].Replicas, s.Providers[0].RPM = 3, 60 // the ring and rate shares too
 	out := func() []byte {
-		rs, err := Run(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		if err := JSON(&b, s, rs); err != nil {
-			t.Fatal(err)
-		}
+		b, rs := runJSON(t, s)
 		b.WriteString(LatencyCDF(s, rs))
 		b.WriteString(CostOverTime(s, rs))
 		b.WriteString(LoadByRegion(s, rs[len(rs)-1]))
@@ -117,14 +124,7 @@ func TestSkippedSyncsChangeNothing(t *testing.T) {
 	out := func(s *Scenario, every bool) []byte {
 		everySync = every
 		defer func() { everySync = false }()
-		rs, err := Run(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		if err := JSON(&b, s, rs); err != nil {
-			t.Fatal(err)
-		}
+		b, _ := runJSON(t, s)
 		return b.Bytes()
 	}
 	for _, s := range ss {
