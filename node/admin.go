@@ -27,13 +27,16 @@ var (
 )
 
 // admin guards an operator endpoint: with the admin token when one is
-// configured (compared in constant time), else to loopback clients only,
-// so that an open HTTP port does not let anyone steer the node.
+// configured (compared in constant time; a dashboard session cookie may
+// read), else to loopback clients only, so that an open HTTP port does not
+// let anyone steer the node.
 func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if want := n.s.adminToken.Reveal(); want != "" {
 			got := bearer(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			// The dashboard's session cookie reads; only the token steers.
+			read := r.Method == http.MethodGet || r.Method == http.MethodHead
+			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 && !(read && uiSessionValid(r, want)) {
 				writeError(w, errAdminToken)
 				return
 			}

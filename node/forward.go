@@ -58,15 +58,17 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		res           *route.Result
 		status        int
 		streaming     bool
+		failure       error
 	)
 	defer func() {
 		provider := ""
 		if res != nil {
 			provider = res.Provider
 		}
-		n.account(start, in.RequestId, tenant, model, provider, status, streaming, res, in.Origin)
+		n.account(start, in.RequestId, tenant, model, provider, status, streaming, res, in.Origin, failure)
 	}()
 	refuse := func(err error) error {
+		failure = err
 		status = writeError(sink, err)
 		if status == statusClientClosed {
 			return nil

@@ -44,7 +44,9 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/status", n.only(http.MethodGet, n.admin(n.status)))
 	mux.HandleFunc("/v1/mesh/drain", n.only(http.MethodPost, n.admin(n.drain)))
 	mux.HandleFunc("/v1/mesh/leave", n.only(http.MethodPost, n.admin(n.drain)))
+	mux.HandleFunc("/v1/mesh/decisions", n.only(http.MethodGet, n.admin(n.decisionsHandler)))
 	mux.HandleFunc("/v1/route/explain", n.only(http.MethodPost, n.explain))
+	n.uiRoutes(mux)
 	// Go's profiles, for the operator: CPU, heap, allocations, goroutines,
 	// mutex and block (see SetMutexProfileFraction). No write deadline: a
 	// CPU profile or trace takes as long as asked.
@@ -145,12 +147,13 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
 
 	var (
-		model  = "unknown"
-		tenant = ""
-		res    *route.Result
-		status int
-		stream bool
-		id     = requestID(r)
+		model   = "unknown"
+		tenant  = ""
+		res     *route.Result
+		status  int
+		stream  bool
+		id      = requestID(r)
+		failure error // what the client was answered instead of a completion
 	)
 	// The request id is the client's, or a new one; answers carry it,
 	// and so do forwards and every node's log line.
@@ -160,23 +163,27 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		if res != nil && res.Target != nil {
 			provider = res.Provider
 		}
-		n.account(start, id, tenant, model, provider, status, stream, res, "")
+		n.account(start, id, tenant, model, provider, status, stream, res, "", failure)
 	}()
+	fail := func(err error) {
+		failure = err
+		status = writeError(sink, err)
+	}
 
 	t, ok := n.tenants.authenticate(r)
 	if !ok {
-		status = writeError(sink, errUnauthorized)
+		fail(errUnauthorized)
 		return
 	}
 	tenant = t.Name
 	body, err := n.readBody(w, sink.rc, r)
 	if err != nil {
-		status = writeError(sink, err)
+		fail(err)
 		return
 	}
 	chat, err := route.ParseChatRequest(body)
 	if err != nil {
-		status = writeError(sink, err)
+		fail(err)
 		return
 	}
 	stream = chat.Stream
@@ -193,11 +200,11 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
 		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
 			n.metrics.refusals.WithLabelValues("header").Inc()
-			status = writeError(sink, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
+			fail(&route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
 			return
 		}
 		if !slices.Contains(n.s.regions.Jurisdictions(), req.Residency.Jurisdiction) {
-			status = writeError(sink, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
+			fail(&route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
 			return
 		}
 	}
@@ -217,13 +224,13 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
 		n.metrics.refused(err)
-		status = writeError(sink, err)
+		fail(err)
 		return
 	}
 	res, err = n.exec.Execute(r.Context(), req, plan, sink)
 	if err != nil {
 		n.metrics.refused(err)
-		status = writeError(sink, err)
+		fail(err)
 		return
 	}
 	status = sink.status
@@ -323,12 +330,16 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 	}
 }
 
-// account records one finished request in metrics and the log.
+// account records one finished request in metrics, the log and the
+// recent decisions; failure is the error the client was answered with,
+// if any.
 // origin is the node that forwarded the request here, "" when a client
 // called this node. Tokens and cost count on the node that called the
 // provider, so a forwarded request is not counted twice.
-func (n *Node) account(start time.Time, id, tenant, model, provider string, status int, stream bool, res *route.Result, origin string) {
+func (n *Node) account(start time.Time, id, tenant, model, provider string, status int, stream bool, res *route.Result, origin string, failure error) {
 	d := n.now().Sub(start)
+	n.decided.record(decision{at: start, id: id, tenant: tenant, model: model, provider: provider, origin: origin,
+		status: status, stream: stream, took: d, res: res, err: failure})
 	m := n.metrics
 	m.requests.WithLabelValues(model, provider, strconv.Itoa(status)).Inc()
 	m.duration.WithLabelValues(model, strconv.FormatBool(stream)).Observe(d.Seconds())

@@ -75,6 +75,7 @@ type Node struct {
 	ledger   *ledger // nil when the node has no part in the ledger
 	inFlight atomic.Int64
 	probes   *prober
+	decided  decisions // the last routing decisions, for the dashboard
 
 	srv       *http.Server
 	ln        net.Listener

@@ -1,0 +1,124 @@
+package node
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// decisionsKept is how many routing decisions a node remembers for the
+// dashboard and GET /v1/mesh/decisions.
+const decisionsKept = 256
+
+// decisions is a node's last routing decisions, newest last. A request
+// writes one entry in place under the mutex: nothing is allocated and
+// nothing is rendered on the request path. The explanation (the route a
+// result took, or the error a refusal got) is rendered when an operator
+// reads the ring.
+type decisions struct {
+	mu    sync.Mutex
+	ring  [decisionsKept]decision
+	total uint64 // recorded since start; ring[total%decisionsKept] is next
+}
+
+type decision struct {
+	at                                  time.Time
+	id, tenant, model, provider, origin string
+	status                              int
+	stream                              bool
+	took                                time.Duration
+	res                                 *route.Result // nil when the request never got a plan
+	err                                 error         // what the client was answered instead, if anything
+}
+
+func (d *decisions) record(e decision) {
+	d.mu.Lock()
+	d.ring[d.total%decisionsKept] = e
+	d.total++
+	d.mu.Unlock()
+}
+
+// last returns up to limit decisions, newest first.
+func (d *decisions) last(limit int) []decision {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := int(min(uint64(limit), d.total, decisionsKept))
+	out := make([]decision, 0, k)
+	for i := range k {
+		out = append(out, d.ring[(d.total-1-uint64(i))%decisionsKept])
+	}
+	return out
+}
+
+// Decision is one routing decision in GET /v1/mesh/decisions.
+type Decision struct {
+	Time        time.Time     `json:"time"`
+	RequestID   string        `json:"request_id"`
+	Tenant      string        `json:"tenant"`
+	Model       string        `json:"model"`
+	Stream      bool          `json:"stream"`
+	Provider    string        `json:"provider,omitempty"`
+	Replica     string        `json:"replica,omitempty"`
+	Via         string        `json:"via,omitempty"`          // the node that called the provider, when not this one
+	ForwardedBy string        `json:"forwarded_by,omitempty"` // the node that sent the request here
+	Status      int           `json:"status"`
+	Outcome     string        `json:"outcome"`
+	Millis      int64         `json:"ms"`
+	CostUSD     float64       `json:"cost_usd"`
+	Attempts    []AttemptView `json:"attempts"`
+	// Why is the route's explanation (as in X-LLMesh-Route), or the
+	// error the request was answered with.
+	Why string `json:"why"`
+}
+
+// AttemptView is one call a decision made.
+type AttemptView struct {
+	Provider string `json:"provider"`
+	Outcome  string `json:"outcome"`
+	Status   int    `json:"status,omitempty"`
+	Millis   int64  `json:"ms"`
+}
+
+func (e *decision) view() Decision {
+	v := Decision{Time: e.at, RequestID: e.id, Tenant: e.tenant, Model: e.model, Stream: e.stream, Provider: e.provider,
+		ForwardedBy: e.origin, Status: e.status, Outcome: outcome(e.status, e.res), Millis: e.took.Milliseconds(),
+		Attempts: []AttemptView{}}
+	if e.res != nil {
+		v.Replica = e.res.Replica
+		if e.res.Target != nil {
+			v.Via = e.res.Target.Via
+			v.CostUSD = e.res.Cost
+		}
+		for _, a := range e.res.Attempts {
+			v.Attempts = append(v.Attempts, AttemptView{Provider: a.Provider, Outcome: string(a.Outcome), Status: a.Status, Millis: a.Duration.Milliseconds()})
+		}
+		v.Why = e.res.Route()
+	}
+	if e.err != nil {
+		_, ae := classify(e.err)
+		v.Why = ae.Code + ": " + ae.Message
+	}
+	return v
+}
+
+// decisionsHandler serves GET /v1/mesh/decisions?limit=N (default 50, at
+// most 256): this node's last routing decisions, newest first.
+func (n *Node) decisionsHandler(w http.ResponseWriter, r *http.Request) {
+	limit := 50
+	if s := r.URL.Query().Get("limit"); s != "" {
+		k, err := strconv.Atoi(s)
+		if err != nil || k < 1 {
+			writeError(w, &route.InvalidRequestError{Param: "limit", Msg: "must be a positive integer"})
+			return
+		}
+		limit = min(k, decisionsKept)
+	}
+	out := []Decision{}
+	for _, e := range n.decided.last(limit) {
+		out = append(out, e.view())
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.name, "decisions": out})
+}
