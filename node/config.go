@@ -30,6 +30,7 @@ type Config struct {
 	Timeouts  TimeoutsSection   `yaml:"timeouts"`
 	Outlier   OutlierSection    `yaml:"outlier"`
 	Probes    ProbesSection     `yaml:"probes"`
+	Tracing   TracingSection    `yaml:"tracing"`
 }
 
 // NodeSection describes this node.
@@ -182,6 +183,16 @@ type OutlierSection struct {
 type ProbesSection struct {
 	Idle     Duration `yaml:"idle"`     // default 30s
 	Disabled bool     `yaml:"disabled"` // no probes at all
+}
+
+// TracingSection sends a span per request to an OpenTelemetry collector
+// (OTLP over HTTP, JSON encoding). Off unless otlp_endpoint is set; the
+// W3C traceparent header is honoured and passed on either way.
+type TracingSection struct {
+	OTLPEndpoint string   `yaml:"otlp_endpoint"` // e.g. http://127.0.0.1:4318/v1/traces
+	HeadersEnv   string   `yaml:"headers_env"`   // environment variable holding "key=value,..." headers for the collector
+	SampleRatio  *float64 `yaml:"sample_ratio"`  // of the traces this node starts (a caller's sampled flag is followed); default 1
+	ServiceName  string   `yaml:"service_name"`  // default llmesh
 }
 
 // Duration is a time.Duration written as "5s" or "10m" in YAML.

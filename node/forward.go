@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/llmesh/llmesh/consensus"
@@ -25,6 +26,15 @@ import (
 // forwardChunk bounds one Data message: a large non-streamed answer goes
 // in pieces, far below gRPC's 4 MiB message limit.
 const forwardChunk = 64 << 10
+
+// incomingTraceParent is the traceparent a forwarding node sent as gRPC
+// metadata, or "".
+func incomingTraceParent(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, "traceparent"); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
 
 // hopSlack is what a forward adds to the far node's own timeouts before
 // the origin gives up on it: the hop's round trip and the far node's
@@ -59,13 +69,16 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		status        int
 		streaming     bool
 		failure       error
+		// The forwarding node's span is this one's parent.
+		sp, traceparent = n.tracer.begin(incomingTraceParent(stream.Context()), start)
 	)
 	defer func() {
 		provider := ""
 		if res != nil {
 			provider = res.Provider
 		}
-		n.account(start, in.RequestId, tenant, model, provider, status, streaming, res, in.Origin, failure)
+		n.account(decision{at: start, id: in.RequestId, tenant: tenant, model: model, provider: provider, origin: in.Origin,
+			status: status, stream: streaming, res: res, err: failure}, sp)
 	}()
 	refuse := func(err error) error {
 		failure = err
@@ -101,6 +114,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		return refuse(fmt.Errorf("%w: node %s: strict transit: the sending node %s is not in jurisdiction %s",
 			route.ErrNoCompliantProvider, n.s.name, in.Origin, residency.Jurisdiction))
 	}
+	n.logPrompt(in.RequestId, t.Name, in.Body)
 	chat, err := route.ParseChatRequest(in.Body)
 	if err != nil {
 		return refuse(err)
@@ -112,7 +126,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	}
 	req := &route.Request{
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
-		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
+		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId, TraceParent: traceparent,
 	}
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
@@ -308,14 +322,15 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	return f.hop(ctx, mem.Meta.RPC, t.Via, &pb.ForwardRequest{
 		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
 		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
-	}, req.Chat.Stream, routeNote, sink)
+	}, req.Chat.Stream, req.TraceParent, routeNote, sink)
 }
 
 // hop calls peer's Mesh.Forward at addr with in and relays the answer to
 // sink: the head's headers (X-LLMesh-Route prefixed with routeNote), then
 // the data as it arrives. Before the head it gives up after the phase's
 // timeout plus hopSlack; after it, after the idle timeout plus hopSlack.
-func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRequest, stream bool, routeNote string, sink route.ResponseSink) route.Forwarded {
+// traceparent, if any, goes to the peer as gRPC metadata.
+func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRequest, stream bool, traceparent, routeNote string, sink route.ResponseSink) route.Forwarded {
 	n := f.n
 	cc, err := f.conn(addr)
 	if err != nil {
@@ -343,6 +358,9 @@ func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRe
 			err = errors.New(s.Message())
 		}
 		return route.Forwarded{Err: err, Timeout: timedOut.Load()}
+	}
+	if traceparent != "" {
+		cctx = metadata.AppendToOutgoingContext(cctx, "traceparent", traceparent)
 	}
 	st, err := pb.NewMeshClient(cc).Forward(cctx, in)
 	if err != nil {

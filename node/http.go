@@ -154,6 +154,9 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		stream  bool
 		id      = requestID(r)
 		failure error // what the client was answered instead of a completion
+		// The request's span, if this node traces, and the traceparent
+		// providers and peers are sent.
+		sp, traceparent = n.tracer.begin(r.Header.Get("Traceparent"), start)
 	)
 	// The request id is the client's, or a new one; answers carry it,
 	// and so do forwards and every node's log line.
@@ -163,7 +166,8 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		if res != nil && res.Target != nil {
 			provider = res.Provider
 		}
-		n.account(start, id, tenant, model, provider, status, stream, res, "", failure)
+		n.account(decision{at: start, id: id, tenant: tenant, model: model, provider: provider, status: status,
+			stream: stream, res: res, err: failure}, sp)
 	}()
 	fail := func(err error) {
 		failure = err
@@ -181,6 +185,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		fail(err)
 		return
 	}
+	n.logPrompt(id, t.Name, body)
 	chat, err := route.ParseChatRequest(body)
 	if err != nil {
 		fail(err)
@@ -191,7 +196,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if rt.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
-	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id}
+	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id, TraceParent: traceparent}
 	req.Residency, req.StrictTransit = n.policyOf(t)
 	if req.Session == "" {
 		req.Session = chat.User
@@ -237,6 +242,22 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if res.ClientGone {
 		status = statusClientClosed
 	}
+}
+
+// maxPromptLog bounds a body as -log-prompts logs it.
+const maxPromptLog = 64 << 10
+
+// logPrompt logs a request's body when the node was started with
+// -log-prompts, and does nothing otherwise.
+func (n *Node) logPrompt(id, tenant string, body []byte) {
+	if !n.logPrompts {
+		return
+	}
+	b, cut := body, false
+	if len(b) > maxPromptLog {
+		b, cut = b[:maxPromptLog], true
+	}
+	n.log.Info("prompt", "request_id", id, "tenant", tenant, "body", string(b), "cut", cut)
 }
 
 // maxSessionKey bounds a session key as the node keeps it: longer ones
@@ -330,34 +351,34 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 	}
 }
 
-// account records one finished request in metrics, the log and the
-// recent decisions; failure is the error the client was answered with,
-// if any.
-// origin is the node that forwarded the request here, "" when a client
-// called this node. Tokens and cost count on the node that called the
-// provider, so a forwarded request is not counted twice.
-func (n *Node) account(start time.Time, id, tenant, model, provider string, status int, stream bool, res *route.Result, origin string, failure error) {
-	d := n.now().Sub(start)
-	n.decided.record(decision{at: start, id: id, tenant: tenant, model: model, provider: provider, origin: origin,
-		status: status, stream: stream, took: d, res: res, err: failure})
-	m := n.metrics
-	m.requests.WithLabelValues(model, provider, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(model, strconv.FormatBool(stream)).Observe(d.Seconds())
-	attrs := []any{"request_id", id, "tenant", tenant, "model", model, "status", status, "outcome", outcome(status, res),
-		"stream", stream, "ms", d.Milliseconds()}
-	if origin != "" {
-		attrs = append(attrs, "forwarded_by", origin)
+// account records one finished request in metrics, the log, the recent
+// decisions and its span (sp, nil when not traced). e.err is the error
+// the client was answered with, if any; e.origin the node that forwarded
+// the request here, "" when a client called this node. Tokens and cost
+// count on the node that called the provider, so a forwarded request is
+// not counted twice.
+func (n *Node) account(e decision, sp *span) {
+	e.took = n.now().Sub(e.at)
+	n.decided.record(e)
+	m, res, model, provider := n.metrics, e.res, e.model, e.provider
+	m.requests.WithLabelValues(model, provider, strconv.Itoa(e.status)).Inc()
+	m.duration.WithLabelValues(model, strconv.FormatBool(e.stream)).Observe(e.took.Seconds())
+	attrs := []any{"request_id", e.id, "tenant", e.tenant, "model", model, "status", e.status, "outcome", outcome(e.status, res),
+		"stream", e.stream, "ms", e.took.Milliseconds()}
+	if e.origin != "" {
+		attrs = append(attrs, "forwarded_by", e.origin)
 	}
+	via := n.s.name
 	if res != nil && res.Target != nil {
 		u := res.Usage
-		via := res.Target.Via
-		if via == "" {
-			via = n.s.name
+		if res.Target.Via != "" {
+			via = res.Target.Via
+		} else {
 			m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
 			m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
-			m.cost.WithLabelValues(tenant, model, provider).Add(res.Cost)
+			m.cost.WithLabelValues(e.tenant, model, provider).Add(res.Cost)
 		}
-		if stream {
+		if e.stream {
 			m.ttft.WithLabelValues(model, provider).Observe(res.TTFT.Seconds())
 		}
 		if res.Truncated {
@@ -374,6 +395,7 @@ func (n *Node) account(start time.Time, id, tenant, model, provider string, stat
 			"truncated", res.Truncated)
 	}
 	n.log.Info("request", attrs...)
+	n.tracer.end(sp, &e, via)
 	if res != nil && n.log.Enabled(context.Background(), slog.LevelDebug) {
 		for _, a := range res.Attempts {
 			if a.Outcome != route.OutcomeOK {

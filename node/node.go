@@ -40,6 +40,10 @@ type Options struct {
 	// LedgerTuning, if not nil, adjusts a voter's Raft settings (agent
 	// -dev keeps the ledger in memory; tests speed up elections).
 	LedgerTuning LedgerTuning
+	// LogPrompts logs each request's body, its prompt, with its request
+	// id (llmesh agent -log-prompts): for debugging only, since the log
+	// then holds users' data. Off, no prompt is ever logged.
+	LogPrompts bool
 }
 
 // Node is one llmesh node.
@@ -68,14 +72,16 @@ type Node struct {
 	quota    route.QuotaGate
 	tenants  *tenantKeys
 
-	mesh     *gossip.Mesh // nil when the node does not gossip
-	grpc     *grpc.Server // nil without node.rpc
-	rpcLn    net.Listener
-	forward  *forwarder
-	ledger   *ledger // nil when the node has no part in the ledger
-	inFlight atomic.Int64
-	probes   *prober
-	decided  decisions // the last routing decisions, for the dashboard
+	mesh       *gossip.Mesh // nil when the node does not gossip
+	grpc       *grpc.Server // nil without node.rpc
+	rpcLn      net.Listener
+	forward    *forwarder
+	ledger     *ledger // nil when the node has no part in the ledger
+	inFlight   atomic.Int64
+	probes     *prober
+	decided    decisions // the last routing decisions, for the dashboard
+	tracer     *tracer   // nil unless tracing.otlp_endpoint is set
+	logPrompts bool
 
 	srv       *http.Server
 	ln        net.Listener
@@ -132,6 +138,11 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	n.logPrompts = opts.LogPrompts
+	if n.logPrompts {
+		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
+	}
+	n.tracer = newTracer(s.tracing, s.name, s.region, opts.Version, n.log, opts.Registry)
 	n.tracker = route.NewTracker(s.health, route.TrackerHooks{
 		OnEject: func(p string) {
 			n.metrics.ejections.WithLabelValues(p).Inc()
@@ -286,6 +297,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.probes != nil {
 		n.loops.Go(func() { n.probes.run(n.stop) })
 	}
+	n.tracer.start()
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.region,
 		"providers", len(n.catalog().Providers()), "models", len(n.catalog().Models()))
@@ -410,6 +422,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if n.forward != nil {
 			n.forward.close()
 		}
+		n.tracer.close() // every request has ended: send their spans
 		n.shutdownErr = errors.Join(errs...)
 		n.setPhase(phaseStopped)
 		n.log.Info("node stopped")
@@ -443,5 +456,6 @@ func (n *Node) Kill() {
 		if n.forward != nil {
 			n.forward.close()
 		}
+		n.tracer.close()
 	})
 }

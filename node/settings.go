@@ -7,7 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +52,16 @@ type settings struct {
 	bootstrapExpect int
 	dataDir         string
 	ledger          bool
-	rpcToken        string // shared secret between nodes, from the gossip key
+	rpcToken        string         // shared secret between nodes, from the gossip key
+	tracing         *tracingConfig // nil: no spans are exported
+}
+
+// tracingConfig is the tracing section, resolved.
+type tracingConfig struct {
+	endpoint string
+	headers  map[string]route.Secret // the collector may want a key
+	ratio    float64
+	service  string
 }
 
 // gossipConfig is the node section's gossip settings, resolved.
@@ -445,6 +457,7 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	if c.Probes.Disabled {
 		s.probeIdle = 0
 	}
+	s.tracing = resolveTracing(&c.Tracing, getenv, bad)
 	s.executor.NodeName = s.name
 	if s.gossip == nil && (len(n.Join) > 0 || n.GossipKeyEnv != "" || n.GossipKeyFile != "" || n.Cluster != "") {
 		bad("node.gossip", "is required with node.join, node.gossip_key_env, node.gossip_key_file or node.cluster")
@@ -453,6 +466,54 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		return nil, errors.Join(problems...)
 	}
 	return s, nil
+}
+
+// resolveTracing reads the tracing section; nil when it sets no
+// endpoint.
+func resolveTracing(t *TracingSection, getenv func(string) string, bad func(field, format string, args ...any)) *tracingConfig {
+	if t.OTLPEndpoint == "" {
+		if t.HeadersEnv != "" || t.SampleRatio != nil || t.ServiceName != "" {
+			bad("tracing.otlp_endpoint", "is required with the other tracing keys")
+		}
+		return nil
+	}
+	tc := &tracingConfig{endpoint: t.OTLPEndpoint, ratio: 1, service: "llmesh", headers: map[string]route.Secret{}}
+	if u, err := url.Parse(t.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("tracing.otlp_endpoint", "%q must be an http:// or https:// URL such as http://127.0.0.1:4318/v1/traces", t.OTLPEndpoint)
+	} else if u.Path == "" || u.Path == "/" {
+		tc.endpoint = strings.TrimSuffix(t.OTLPEndpoint, "/") + "/v1/traces"
+	}
+	if t.SampleRatio != nil {
+		if r := *t.SampleRatio; r < 0 || r > 1 || math.IsNaN(r) {
+			bad("tracing.sample_ratio", "must be between 0 and 1")
+		} else {
+			tc.ratio = r
+		}
+	}
+	if t.ServiceName != "" {
+		tc.service = t.ServiceName
+	}
+	if t.HeadersEnv != "" {
+		if !envNamePattern.MatchString(t.HeadersEnv) {
+			bad("tracing.headers_env", "%q is not an environment variable name", t.HeadersEnv)
+			return tc
+		}
+		v := getenv(t.HeadersEnv)
+		if v == "" {
+			bad("tracing.headers_env", "environment variable %s is empty or unset", t.HeadersEnv)
+			return tc
+		}
+		for pair := range strings.SplitSeq(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if k = strings.TrimSpace(k); !ok || k == "" || strings.ContainsAny(k, " \t\r\n:") {
+				// The value is a secret: the message names the variable only.
+				bad("tracing.headers_env", "environment variable %s must hold key=value pairs separated by commas", t.HeadersEnv)
+				break
+			}
+			tc.headers[http.CanonicalHeaderKey(k)] = route.Secret(strings.TrimSpace(val))
+		}
+	}
+	return tc
 }
 
 // resolveGossip reads the gossip address, seeds, key and label; nil when

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
@@ -250,7 +251,7 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.SendKeys(`#filter`, "gpu-ap"),
 		chromedp.WaitNotPresent(`tr[data-provider="azure-eu"]`),
 		chromedp.WaitVisible(`tr[data-provider="gpu-ap"]`),
-		chromedp.Clear(`#filter`),
+		chromedp.SendKeys(`#filter`, strings.Repeat(kb.Backspace, len("gpu-ap"))),
 		chromedp.WaitVisible(`tr[data-provider="azure-eu"]`))
 	shot(t, ctx, "dashboard")
 }
@@ -277,5 +278,31 @@ func shot(t *testing.T, ctx context.Context, name string) {
 			t.Fatal(err)
 		}
 		t.Logf("screenshot: %s (%d bytes)", p, len(png))
+	}
+}
+
+// GET /v1/mesh/decisions lists the node's last decisions, newest first,
+// each with its explanation: the route taken, or the error answered.
+func TestRecentDecisions(t *testing.T) {
+	f := startNode(t, []upstream{{name: "cheap", kind: "openai", in: 0.1, out: 0.1}, {name: "dear", kind: "openai", in: 1, out: 1}}, nil)
+	f.post(hello, "X-Request-Id", "d-1")
+	f.post(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`, "X-Request-Id", "d-2")
+	var doc struct {
+		Node      string
+		Decisions []node.Decision
+	}
+	if code := getJSON(t, f.url+"/v1/mesh/decisions?limit=2", "", &doc); code != 200 || len(doc.Decisions) != 2 {
+		t.Fatalf("%d: %+v", code, doc)
+	}
+	refused, ok := doc.Decisions[0], doc.Decisions[1]
+	if refused.RequestID != "d-2" || refused.Status != 404 || refused.Outcome != "refused" || !strings.HasPrefix(refused.Why, "model_not_found: ") {
+		t.Fatalf("refusal %+v", refused)
+	}
+	if ok.RequestID != "d-1" || ok.Provider != "cheap" || ok.Outcome != "ok" || ok.Tenant != "t1" || len(ok.Attempts) != 1 ||
+		!strings.Contains(ok.Why, "chose cheap") || ok.CostUSD <= 0 {
+		t.Fatalf("decision %+v", ok)
+	}
+	if code := getJSON(t, f.url+"/v1/mesh/decisions?limit=0", "", &doc); code != 400 {
+		t.Fatalf("limit=0: %d", code)
 	}
 }

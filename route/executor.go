@@ -506,6 +506,9 @@ func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink Re
 	} else {
 		hreq.Header["Accept"] = []string{"application/json"}
 	}
+	if req.TraceParent != "" {
+		hreq.Header["Traceparent"] = []string{req.TraceParent}
+	}
 	setAuth(hreq.Header, t.Offer.Provider)
 	resp, err := e.client.Do(hreq)
 	if err != nil {

@@ -28,6 +28,9 @@ type Request struct {
 	Hint string
 	// ID is the request id, carried across forwards.
 	ID string
+	// TraceParent is the W3C traceparent sent to the provider (and, by a
+	// node, to the peer it forwards through); "" sends none.
+	TraceParent string
 }
 
 // Target is one way to serve a request: a provider, one of its replicas,

@@ -41,6 +41,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("name", "", "the node's `name`, unique in the mesh; overrides node.name (e.g. a pod's name)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logPrompts := fs.Bool("log-prompts", false, "debugging only: log each request's body (its prompt) with its request id; logs then hold your users' data")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on a graceful stop; overrides node.drain.timeout (default 30s)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -80,7 +81,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		overrideFlags(cfg, *httpAddr, *advertise, *name)
 	}
-	opts := node.Options{Logger: logger, Version: version}
+	opts := node.Options{Logger: logger, Version: version, LogPrompts: *logPrompts}
 	if devStack != nil {
 		opts.LedgerTuning = harness.DevLedger
 	}

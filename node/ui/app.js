@@ -26,10 +26,21 @@ function badge(state) {
   return `<span class="state s-${esc(state)}">${esc(state)}</span>`;
 }
 
-// get fetches one admin endpoint. A 401 means the session ran out: the
-// page reloads, and the node answers with its sign-in form.
+// get fetches one admin endpoint, giving up after 5 s so that one slow
+// answer (a ledger read while voters change) cannot stop the refresh. A
+// 401 means the session ran out: the page reloads, and the node answers
+// with its sign-in form.
 async function get(path) {
-  const res = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), 5000);
+  let res;
+  try {
+    res = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", signal: ctl.signal });
+  } catch (e) {
+    throw new Error(`${path}: ${e.name === "AbortError" ? "no answer within 5 s" : e.message}`);
+  } finally {
+    clearTimeout(timer);
+  }
   if (res.status === 401) {
     location.reload();
     throw new Error("signed out");
@@ -144,7 +155,8 @@ function renderBudgets(budgets, err) {
         <td class="num">${usd(b.remaining_usd)}</td><td><span class="bar${left < 0.1 ? " low" : ""}"><span style="width:${(left * 100).toFixed(0)}%"></span></span></td>
         <td class="num">${b.leases}</td></tr>`;
     });
-  $("#budgets tbody").innerHTML = rows.join("") || '<tr><td colspan="8" class="muted">no budget set</td></tr>';
+  $("#budgets tbody").innerHTML = rows.join("") ||
+    `<tr><td colspan="8" class="muted">${budgets.length ? "no budget matches" : "no budget set"}</td></tr>`;
   $("#budgets-summary").textContent = `${budgets.length} tenants with a budget`;
 }
 
@@ -153,7 +165,7 @@ function renderShares(shares) {
   $("#shares tbody").innerHTML =
     shares.filter((s) => matches(s.provider)).map((s) =>
       `<tr><td>${esc(s.provider)}</td><td class="num">${per(s.rpm)}</td><td class="num">${per(s.tpm)}</td></tr>`).join("") ||
-    '<tr><td colspan="3" class="muted">no rate-limited provider</td></tr>';
+    `<tr><td colspan="3" class="muted">${shares.length ? "no rate share matches" : "no rate-limited provider"}</td></tr>`;
 }
 
 function renderDecisions(decisions) {
@@ -168,7 +180,8 @@ function renderDecisions(decisions) {
         <td>${esc(via)}</td><td class="num">${d.status}</td><td>${badge(d.outcome)}</td><td class="num">${d.ms}</td>
         <td class="num">${d.cost_usd ? usd(d.cost_usd) : ""}</td><td class="why">${esc(d.why)}</td></tr>`;
     });
-  $("#decisions tbody").innerHTML = rows.join("") || '<tr><td colspan="11" class="muted">no request yet</td></tr>';
+  $("#decisions tbody").innerHTML = rows.join("") ||
+    `<tr><td colspan="11" class="muted">${decisions.length ? "no decision matches" : "no request yet"}</td></tr>`;
 }
 
 let last = null; // the last data fetched, so the filter re-renders at once
