@@ -147,71 +147,14 @@ func chromium() string {
 // seconds, seen from another region through gossip; a drained node shows
 // as draining. A screenshot is kept as the test's artifact.
 func TestDashboardInChromium(t *testing.T) {
-	browser := chromium()
-	if browser == "" {
-		t.Skip("no Chromium on this machine: install Debian's chromium package (.ci/run does) to run the dashboard's browser test")
-	}
+	skipWithoutChromium(t)
 	f := dashboardMesh(t)
 	// One forwarded request, so that the decisions have a row.
 	if resp := postAs(t, f.urls["eu"], euKey, hello); resp.StatusCode != 200 {
 		t.Fatalf("request: %s", resp.Status)
 	}
-
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1400, 1200),
-		chromedp.Flag("disable-dev-shm-usage", true))...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	// The browser lives as long as the context of its first Run: start
-	// it on the test's, not on one step's.
-	if _, err := chromedp.Run(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("starting %s: %v", browser, err)
-	}
-	// run runs steps within a bound of their own; on failure the page as
-	// it was is kept too.
-	run := func(what string, within time.Duration, steps ...chromedp.Action[chromedp.Void]) time.Duration {
-		t.Helper()
-		start := time.Now()
-		c, cancel := context.WithTimeout(ctx, within)
-		defer cancel()
-		if _, err := chromedp.Run(c, chromedp.Steps(steps...)); err != nil {
-			shot(t, ctx, "failed")
-			t.Fatalf("%s: %v", what, err)
-		}
-		return time.Since(start)
-	}
-	text := func(sel string) string {
-		t.Helper()
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		s, err := chromedp.Run(c, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	// until waits for a JavaScript predicate to hold on the page. A poll
-	// does not survive a navigation (a form posted): it starts again on
-	// the new page.
-	until := func(predicate string) chromedp.Action[chromedp.Void] {
-		poll := chromedp.Poll[bool](predicate, chromedp.WithPollingInterval(50*time.Millisecond))
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			for {
-				_, err := poll(ctx, tg)
-				if err == nil {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("%w (last poll: %v)", ctx.Err(), err)
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
-		})
-	}
+	br := newBrowser(t)
+	run, until, text := br.run, br.until, br.text
 	page := f.urls["eu"] + "/ui/?every=0.5"
 
 	run("a wrong token is refused", 30*time.Second,
@@ -253,14 +196,97 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WaitVisible(`tr[data-provider="gpu-ap"]`),
 		chromedp.SendKeys(`#filter`, strings.Repeat(kb.Backspace, len("gpu-ap"))),
 		chromedp.WaitVisible(`tr[data-provider="azure-eu"]`))
-	shot(t, ctx, "dashboard")
+	br.shot("dashboard")
+}
+
+func skipWithoutChromium(t *testing.T) {
+	if chromium() == "" {
+		t.Skip("no Chromium on this machine: install Debian's chromium package (.ci/run does) to run the dashboard's browser tests")
+	}
+}
+
+// browser is a headless Chromium tab for one test.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium()), chromedp.NoSandbox, chromedp.WindowSize(1400, 1200),
+		chromedp.Flag("disable-dev-shm-usage", true))...)
+	t.Cleanup(cancel)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	// The browser lives as long as the context of its first Run: start
+	// it on the test's, not on one step's.
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("starting %s: %v", chromium(), err)
+	}
+	return &browser{t: t, ctx: ctx}
+}
+
+// run runs steps within a bound of their own and returns how long they
+// took; on failure the page as it was is kept too.
+func (b *browser) run(what string, within time.Duration, steps ...chromedp.Action[chromedp.Void]) time.Duration {
+	b.t.Helper()
+	start := time.Now()
+	c, cancel := context.WithTimeout(b.ctx, within)
+	defer cancel()
+	if _, err := chromedp.Run(c, chromedp.Steps(steps...)); err != nil {
+		b.shot("failed")
+		b.t.Fatalf("%s: %v", what, err)
+	}
+	return time.Since(start)
+}
+
+// text returns the text of the first element sel matches.
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	return eval[string](b, fmt.Sprintf(`document.querySelector(%q).textContent`, sel))
+}
+
+// eval evaluates a JavaScript expression on the page.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	c, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// until waits for a JavaScript predicate to hold on the page. A poll does
+// not survive a navigation (a form posted): it starts again on the new
+// page.
+func (b *browser) until(predicate string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](predicate, chromedp.WithPollingInterval(50*time.Millisecond))
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for {
+			_, err := poll(ctx, tg)
+			if err == nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (last poll: %v)", ctx.Err(), err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
 }
 
 // shot saves a full-page screenshot as a test artifact: in the test's
 // artifact directory (go test -artifacts keeps it) and, when
 // LLMESH_ARTIFACTS names a directory (.ci/run sets it), there too.
-func shot(t *testing.T, ctx context.Context, name string) {
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+func (b *browser) shot(name string) {
+	t := b.t
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Logf("screenshot: %v", err)
 		return
@@ -305,4 +331,40 @@ func TestRecentDecisions(t *testing.T) {
 	if code := getJSON(t, f.url+"/v1/mesh/decisions?limit=0", "", &doc); code != 400 {
 		t.Fatalf("limit=0: %d", code)
 	}
+}
+
+// The dashboard stays usable with hundreds of providers: 400 of them in
+// two regions all appear, the time to draw them is reported, and the
+// filter narrows them to one as the operator types.
+func TestDashboardWithHundredsOfProviders(t *testing.T) {
+	skipWithoutChromium(t)
+	const many = 400
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {
+		one := c.Providers[0]
+		c.Providers = nil
+		for i := range many {
+			p := one
+			p.Name, p.Region = fmt.Sprintf("p-%03d", i), []string{"eu-west", "us-east"}[i%2]
+			c.Providers = append(c.Providers, p)
+		}
+	})
+	for range 10 {
+		if resp := f.post(hello); resp.StatusCode != 200 {
+			t.Fatal(resp.Status)
+		}
+	}
+	br := newBrowser(t)
+	// Without an admin token the dashboard answers loopback, as the admin API does.
+	took := br.run("every provider", 30*time.Second,
+		chromedp.Navigate(f.url+"/ui/"),
+		chromedp.WaitVisible(fmt.Sprintf(`tr[data-provider="p-%03d"]`, many-1)))
+	if n := eval[int](br, `document.querySelectorAll("tr[data-provider]").length`); n != many {
+		t.Fatalf("%d provider rows, want %d", n, many)
+	}
+	t.Logf("%d providers: page shown in %v, drawn in %.1f ms", many, took.Round(time.Millisecond), eval[float64](br, `window.llmeshRenderMs`))
+	took = br.run("the filter", 10*time.Second,
+		chromedp.SendKeys(`#filter`, "p-123"),
+		br.until(`document.querySelectorAll("tr[data-provider]").length === 1`))
+	t.Logf("filtered to one in %v", took.Round(time.Millisecond))
+	br.shot("hundreds")
 }

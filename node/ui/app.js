@@ -188,6 +188,7 @@ let last = null; // the last data fetched, so the filter re-renders at once
 
 function render() {
   if (!last) return;
+  const began = performance.now();
   const { status, members, peers, providers, budgets, budgetsErr, decisions } = last;
   document.querySelectorAll(".self-name").forEach((e) => (e.textContent = status.node));
   $("#self").innerHTML = `${esc(status.node)} · ${esc(status.region)} (${esc(status.jurisdiction)}) · ${badge(status.phase)} · ` +
@@ -198,6 +199,7 @@ function render() {
   renderBudgets(budgets, budgetsErr);
   renderShares(status.rate_shares);
   renderDecisions(decisions);
+  window.llmeshRenderMs = performance.now() - began; // shown with the refresh time; the browser test reads it
 }
 
 async function refresh() {
@@ -216,7 +218,7 @@ async function refresh() {
     };
     render();
     $("#banner").hidden = true;
-    $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
+    $("#updated").textContent = `updated ${new Date().toLocaleTimeString()} (drawn in ${Math.round(window.llmeshRenderMs)} ms)`;
   } catch (e) {
     $("#banner").textContent = "Cannot read the node: " + e.message;
     $("#banner").hidden = false;
