@@ -480,6 +480,8 @@ func resolveTracing(t *TracingSection, getenv func(string) string, bad func(fiel
 	tc := &tracingConfig{endpoint: t.OTLPEndpoint, ratio: 1, service: "llmesh", headers: map[string]route.Secret{}}
 	if u, err := url.Parse(t.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("tracing.otlp_endpoint", "%q must be an http:// or https:// URL such as http://127.0.0.1:4318/v1/traces", t.OTLPEndpoint)
+	} else if u.User != nil {
+		bad("tracing.otlp_endpoint", "credentials belong in tracing.headers_env, not in the URL")
 	} else if u.Path == "" || u.Path == "/" {
 		tc.endpoint = strings.TrimSuffix(t.OTLPEndpoint, "/") + "/v1/traces"
 	}

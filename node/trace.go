@@ -102,6 +102,7 @@ type tracer struct {
 	done     chan struct{} // closed when run returns
 	started  atomic.Bool
 	once     sync.Once
+	failing  bool // the last export failed (run's goroutine only)
 }
 
 const (
@@ -289,9 +290,16 @@ func (t *tracer) send(ctx context.Context, spans []otlpSpan) {
 	}
 	if err != nil {
 		t.exported.WithLabelValues("failed").Add(float64(len(spans)))
-		t.log.Warn("could not export spans", "spans", len(spans), "endpoint", t.cfg.endpoint, "err", err)
+		if !t.failing { // once per outage, not once a second
+			t.log.Warn("could not export spans; they are dropped until the collector answers", "spans", len(spans), "endpoint", t.cfg.endpoint, "err", err)
+		}
+		t.failing = true
 		return
 	}
+	if t.failing {
+		t.log.Info("exporting spans again", "endpoint", t.cfg.endpoint)
+	}
+	t.failing = false
 	t.exported.WithLabelValues("exported").Add(float64(len(spans)))
 }
 

@@ -88,6 +88,7 @@ func TestTracingSettings(t *testing.T) {
 	for _, bad := range []struct{ extra, want string }{
 		{"  otlp_endpoint: 127.0.0.1:4318\n", `tracing.otlp_endpoint: "127.0.0.1:4318" must be an http:// or https:// URL`},
 		{"  otlp_endpoint: http://127.0.0.1:4318\n  sample_ratio: 2\n", "tracing.sample_ratio: must be between 0 and 1"},
+		{"  otlp_endpoint: https://ops:hunter2@collector:4318\n", "tracing.otlp_endpoint: credentials belong in tracing.headers_env"},
 		{"  otlp_endpoint: http://127.0.0.1:4318\n  headers_env: NOPE\n", "tracing.headers_env: environment variable NOPE is empty or unset"},
 		{"  sample_ratio: 0.5\n", "tracing.otlp_endpoint: is required with the other tracing keys"},
 		{"  otlp_endpint: http://x\n", "otlp_endpint"},
