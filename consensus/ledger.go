@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,8 @@ const (
 	CmdSeedTenant = "seed_tenant" // create a tenant if absent (from configuration)
 	CmdPutTenant  = "put_tenant"  // create or replace a tenant
 	CmdSetBudget  = "set_budget"  // change a tenant's budget
+	CmdAddKey     = "add_key"     // add an API key's hash to a tenant, creating the tenant if asked
+	CmdRevokeKey  = "revoke_key"  // revoke API keys: every node refuses them from then on
 	CmdSeedRate   = "seed_rate"   // set a provider's capacity if absent
 	CmdPutRate    = "put_rate"    // set a provider's capacity
 	CmdSync       = "sync"        // a node reports usage and asks for escrow
@@ -47,6 +50,32 @@ type Tenant struct {
 	// residency's jurisdiction.
 	StrictTransit bool    `json:"strict_transit,omitempty"`
 	Budget        *Budget `json:"budget,omitempty"`
+	// Revoked are hashes of keys revoked: refused even where a node's
+	// configuration file still lists them. A revoked key never comes back.
+	Revoked []string `json:"revoked_sha256,omitempty"`
+}
+
+// KeyID is how a key is named where the key itself must not be: the
+// first 12 hex digits of its SHA-256.
+func KeyID(sha256Hex string) string { return sha256Hex[:min(12, len(sha256Hex))] }
+
+// AddKey is the body of CmdAddKey.
+type AddKey struct {
+	Tenant    string `json:"tenant"`
+	KeySHA256 string `json:"key_sha256"`
+	// Create, when the tenant does not exist, creates it with this
+	// residency and strict transit; without it an unknown tenant fails.
+	Create *Tenant `json:"create,omitempty"`
+}
+
+// RevokeKey is the body of CmdRevokeKey: the keys named by their whole
+// SHA-256 (a key the ledger never saw, listed only in a configuration
+// file, is revoked too) or by a prefix of at least 8 hex digits of one of
+// the tenant's keys, or all of the tenant's keys.
+type RevokeKey struct {
+	Tenant string   `json:"tenant"`
+	Keys   []string `json:"keys,omitempty"`
+	All    bool     `json:"all,omitempty"`
 }
 
 // Budget is a spending limit per period.
@@ -251,6 +280,86 @@ func (l *Ledger) prune(now int64) {
 
 func fail(err error) Result { return Result{Err: err.Error()} }
 
+func validKeyHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for i := range len(h) {
+		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *Ledger) addKey(cmd Command) Result {
+	var c AddKey
+	if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Tenant == "" || !validKeyHash(c.KeySHA256) {
+		return fail(fmt.Errorf("%w: add_key needs a tenant and a key's SHA-256 in lower-case hex", ErrInvalid))
+	}
+	for name, t := range l.s.Tenants {
+		if name != c.Tenant && slices.Contains(t.KeySHA256, c.KeySHA256) {
+			return fail(fmt.Errorf("%w: key %s belongs to another tenant", ErrInvalid, KeyID(c.KeySHA256)))
+		}
+	}
+	t := l.s.Tenants[c.Tenant]
+	if t == nil {
+		if c.Create == nil {
+			return fail(fmt.Errorf("%w: %q", ErrNoTenant, c.Tenant))
+		}
+		t = &Tenant{Name: c.Tenant, Residency: c.Create.Residency, StrictTransit: c.Create.StrictTransit}
+		l.s.Tenants[c.Tenant] = t
+	}
+	if slices.Contains(t.Revoked, c.KeySHA256) {
+		return fail(fmt.Errorf("%w: key %s was revoked and cannot be added again", ErrInvalid, KeyID(c.KeySHA256)))
+	}
+	if !slices.Contains(t.KeySHA256, c.KeySHA256) {
+		t.KeySHA256 = append(t.KeySHA256, c.KeySHA256)
+	}
+	return Result{}
+}
+
+func (l *Ledger) revokeKey(cmd Command) Result {
+	var c RevokeKey
+	if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Tenant == "" || (len(c.Keys) == 0) == !c.All {
+		return fail(fmt.Errorf("%w: revoke_key needs a tenant and either keys or all", ErrInvalid))
+	}
+	t := l.s.Tenants[c.Tenant]
+	if t == nil {
+		return fail(fmt.Errorf("%w: %q", ErrNoTenant, c.Tenant))
+	}
+	var hashes []string
+	if c.All {
+		hashes = slices.Clone(t.KeySHA256)
+	}
+	for _, k := range c.Keys {
+		if validKeyHash(k) {
+			hashes = append(hashes, k)
+			continue
+		}
+		if len(k) < 8 || !validKeyHash(k+strings.Repeat("0", 64-min(len(k), 64))) {
+			return fail(fmt.Errorf("%w: %q is neither a key's SHA-256 nor a prefix of at least 8 hex digits", ErrInvalid, k))
+		}
+		var match []string
+		for _, h := range t.KeySHA256 {
+			if strings.HasPrefix(h, k) {
+				match = append(match, h)
+			}
+		}
+		if len(match) != 1 {
+			return fail(fmt.Errorf("%w: %q names %d of tenant %s's keys, not one", ErrInvalid, k, len(match), c.Tenant))
+		}
+		hashes = append(hashes, match[0])
+	}
+	for _, h := range hashes {
+		t.KeySHA256 = slices.DeleteFunc(t.KeySHA256, func(x string) bool { return x == h })
+		if !slices.Contains(t.Revoked, h) {
+			t.Revoked = append(t.Revoked, h)
+		}
+	}
+	return Result{}
+}
+
 func (l *Ledger) apply(cmd Command) Result {
 	switch cmd.Type {
 	case CmdSeedTenant, CmdPutTenant:
@@ -261,11 +370,25 @@ func (l *Ledger) apply(cmd Command) Result {
 		if t.Budget != nil && !validPeriod(t.Budget.Period) {
 			return fail(fmt.Errorf("%w: period %q", ErrInvalid, t.Budget.Period))
 		}
-		if _, exists := l.s.Tenants[t.Name]; exists && cmd.Type == CmdSeedTenant {
+		old, exists := l.s.Tenants[t.Name]
+		if exists && cmd.Type == CmdSeedTenant {
 			return Result{}
 		}
+		if exists {
+			// A revocation outlives any replacement of the tenant.
+			for _, h := range old.Revoked {
+				if !slices.Contains(t.Revoked, h) {
+					t.Revoked = append(t.Revoked, h)
+				}
+			}
+		}
+		t.KeySHA256 = slices.DeleteFunc(t.KeySHA256, func(h string) bool { return slices.Contains(t.Revoked, h) })
 		l.s.Tenants[t.Name] = &t
 		l.updateLimits(t.Name, cmd.Time)
+	case CmdAddKey:
+		return l.addKey(cmd)
+	case CmdRevokeKey:
+		return l.revokeKey(cmd)
 	case CmdSetBudget:
 		var c struct {
 			Tenant string  `json:"tenant"`
@@ -615,6 +738,7 @@ func (l *Ledger) Tenant(name string) (Tenant, bool) {
 	}
 	c := *t
 	c.KeySHA256 = slices.Clone(t.KeySHA256)
+	c.Revoked = slices.Clone(t.Revoked)
 	if t.Budget != nil {
 		b := *t.Budget
 		c.Budget = &b
