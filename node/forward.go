@@ -93,7 +93,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		// The sender tries another node.
 		return refuse(fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.name))
 	}
-	t, ok := n.tenants.named(in.Tenant)
+	t, ok := n.tenants.Load().named(in.Tenant)
 	if !ok {
 		return refuse(fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.name))
 	}

@@ -44,6 +44,9 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/status", n.only(http.MethodGet, n.admin(n.status)))
 	mux.HandleFunc("/v1/mesh/drain", n.only(http.MethodPost, n.admin(n.drain)))
 	mux.HandleFunc("/v1/mesh/leave", n.only(http.MethodPost, n.admin(n.drain)))
+	mux.HandleFunc("/v1/mesh/tenants", n.only(http.MethodGet, n.admin(n.tenantsList)))
+	mux.HandleFunc("/v1/mesh/tenants/{tenant}/keys", n.only(http.MethodPost, n.admin(n.addTenantKey)))
+	mux.HandleFunc("/v1/mesh/tenants/{tenant}/revoke", n.only(http.MethodPost, n.admin(n.revokeTenantKeys)))
 	mux.HandleFunc("/v1/mesh/decisions", n.only(http.MethodGet, n.admin(n.decisionsHandler)))
 	mux.HandleFunc("/v1/route/explain", n.only(http.MethodPost, n.explain))
 	n.uiRoutes(mux)
@@ -95,7 +98,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 // models lists the models this tenant may use: those with at least one
 // provider its residency allows.
 func (n *Node) models(w http.ResponseWriter, r *http.Request) {
-	t, ok := n.tenants.authenticate(r)
+	t, ok := n.tenants.Load().authenticate(r)
 	if !ok {
 		writeError(w, errUnauthorized)
 		return
@@ -174,7 +177,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		status = writeError(sink, err)
 	}
 
-	t, ok := n.tenants.authenticate(r)
+	t, ok := n.tenants.Load().authenticate(r)
 	if !ok {
 		fail(errUnauthorized)
 		return

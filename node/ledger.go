@@ -141,19 +141,23 @@ func (l *ledger) run() {
 	l.loops.Go(func() { l.refreshTenants(ctx) })
 }
 
-// refreshTenants keeps the set of budgeted tenants in step with the
-// ledger (budgets set live with the admin API reach every node this way).
+// tenantRefresh is how often a node reads the ledger's tenants: a key
+// added or revoked holds on every node that reaches a voter within this
+// and one read's round trip.
+const tenantRefresh = time.Second
+
+// refreshTenants keeps the tenants, their keys (added and revoked with
+// llmesh tenants) and the set of budgeted tenants in step with the
+// ledger: what the admin API changes live reaches every node this way.
 func (l *ledger) refreshTenants(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	wait := time.Duration(0) // at once, then every two seconds (faster until known)
+	wait := time.Duration(0) // at once, then every tenantRefresh (faster until known)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = 2 * time.Second
+		wait = tenantRefresh
 		if *l.budgeted.Load() == nil {
 			wait = 200 * time.Millisecond
 		}
@@ -183,6 +187,7 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		}
 		l.budgeted.Store(&m)
 		l.policies.Store(&pol)
+		l.n.tenants.Store(newTenantKeys(l.n.s.tenants, ts))
 	}
 }
 

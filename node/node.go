@@ -70,7 +70,9 @@ type Node struct {
 	replicas *route.Tracker
 	exec     *route.Executor
 	quota    route.QuotaGate
-	tenants  *tenantKeys
+	// tenants are the keys and tenants requests authenticate against:
+	// the file's, and the ledger's once read (refreshTenants).
+	tenants atomic.Pointer[tenantKeys]
 
 	mesh       *gossip.Mesh // nil when the node does not gossip
 	grpc       *grpc.Server // nil without node.rpc
@@ -133,11 +135,11 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		cfg:       cfg,
 		getenv:    opts.Getenv,
 		readFile:  opts.ReadFile,
-		tenants:   newTenantKeys(s.tenants),
 		serveDone: make(chan struct{}),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	n.tenants.Store(newTenantKeys(s.tenants, nil))
 	n.logPrompts = opts.LogPrompts
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")

@@ -4,10 +4,18 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
 )
 
 // Tenant is who a request is from, once authenticated.
@@ -32,17 +40,48 @@ type keyEntry struct {
 	tenant *Tenant
 }
 
-func newTenantKeys(ts []tenant) *tenantKeys {
+// newTenantKeys indexes the configuration's tenants and, once the node
+// has read them, the ledger's: a key is valid when either lists it and
+// the ledger has not revoked it. Tenants only the ledger knows (made by
+// llmesh tenants add) take their residency from it.
+func newTenantKeys(ts []tenant, ledger []consensus.Tenant) *tenantKeys {
 	k := &tenantKeys{byPrefix: map[uint64][]keyEntry{}, byName: map[string]*Tenant{}}
+	revoked := map[[sha256.Size]byte]bool{}
+	keys := map[string][][sha256.Size]byte{}
 	for _, t := range ts {
-		tt := &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict}
-		k.byName[t.name] = tt
-		for _, h := range t.keys {
+		k.byName[t.name] = &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict}
+		keys[t.name] = append(keys[t.name], t.keys...)
+	}
+	for _, lt := range ledger {
+		for _, h := range lt.Revoked {
+			if sum, ok := decodeKeyHash(h); ok {
+				revoked[sum] = true
+			}
+		}
+		if k.byName[lt.Name] == nil {
+			k.byName[lt.Name] = &Tenant{Name: lt.Name, Residency: region.Residency{Jurisdiction: region.Jurisdiction(lt.Residency)}, StrictTransit: lt.StrictTransit}
+		}
+		for _, h := range lt.KeySHA256 {
+			if sum, ok := decodeKeyHash(h); ok {
+				keys[lt.Name] = append(keys[lt.Name], sum)
+			}
+		}
+	}
+	for name, sums := range keys {
+		for _, h := range sums {
+			if revoked[h] {
+				continue
+			}
 			p := binary.BigEndian.Uint64(h[:8])
-			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: tt})
+			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: k.byName[name]})
 		}
 	}
 	return k
+}
+
+func decodeKeyHash(h string) (sum [sha256.Size]byte, ok bool) {
+	n, err := hex.Decode(sum[:], []byte(h))
+	return sum, err == nil && n == sha256.Size
 }
 
 // authenticate returns the tenant whose key the request carries, as
@@ -81,4 +120,125 @@ func bearer(h string) string {
 		return strings.TrimSpace(h[len(p):])
 	}
 	return ""
+}
+
+// TenantInfo is one tenant in GET /v1/mesh/tenants. Keys are named by
+// their id (consensus.KeyID), never shown.
+type TenantInfo struct {
+	Name          string   `json:"name"`
+	Residency     string   `json:"residency,omitempty"`
+	StrictTransit bool     `json:"strict_transit,omitempty"`
+	Keys          []string `json:"keys"`
+	Revoked       []string `json:"revoked"`
+	BudgetUSD     *float64 `json:"budget_usd,omitempty"`
+	BudgetPeriod  string   `json:"budget_period,omitempty"`
+}
+
+// tenantsList serves GET /v1/mesh/tenants: the ledger's tenants, read
+// through the leader.
+func (n *Node) tenantsList(w http.ResponseWriter, r *http.Request) {
+	if n.ledger == nil {
+		writeError(w, errNoLedger)
+		return
+	}
+	b, _, err := n.ledger.client.Read(r.Context(), "tenants", true)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		return
+	}
+	var ts []consensus.Tenant
+	if err := json.Unmarshal(b, &ts); err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []TenantInfo{}
+	for _, t := range ts {
+		ti := TenantInfo{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Keys: []string{}, Revoked: []string{}}
+		for _, h := range t.KeySHA256 {
+			ti.Keys = append(ti.Keys, consensus.KeyID(h))
+		}
+		for _, h := range t.Revoked {
+			ti.Revoked = append(ti.Revoked, consensus.KeyID(h))
+		}
+		if t.Budget != nil {
+			usd := t.Budget.Limit.USD()
+			ti.BudgetUSD, ti.BudgetPeriod = &usd, t.Budget.Period
+		}
+		out = append(out, ti)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenants": out})
+}
+
+// addTenantKey serves POST /v1/mesh/tenants/{tenant}/keys
+// {"key_sha256": HEX, "create": true, "residency": "eu", "strict_transit": false}:
+// the key's hash joins the tenant (created when asked and absent). The
+// key itself never reaches the node: llmesh tenants makes it and sends
+// its hash.
+func (n *Node) addTenantKey(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		KeySHA256     string `json:"key_sha256"`
+		Create        bool   `json:"create"`
+		Residency     string `json:"residency"`
+		StrictTransit bool   `json:"strict_transit"`
+	}
+	if !readAdminJSON(w, r, &req, `{"key_sha256": HEX, "create": BOOL, "residency": JURISDICTION}`) {
+		return
+	}
+	tenant := r.PathValue("tenant")
+	if !nodeNamePattern.MatchString(tenant) {
+		writeError(w, &route.InvalidRequestError{Param: "tenant", Msg: "must be 1-64 letters, digits, '.', '_' or '-'"})
+		return
+	}
+	if req.Residency != "" && !slices.Contains(n.s.regions.Jurisdictions(), region.Jurisdiction(req.Residency)) {
+		writeError(w, &route.InvalidRequestError{Param: "residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", req.Residency)})
+		return
+	}
+	cmd := consensus.AddKey{Tenant: tenant, KeySHA256: strings.ToLower(req.KeySHA256)}
+	if req.Create {
+		cmd.Create = &consensus.Tenant{Residency: req.Residency, StrictTransit: req.StrictTransit}
+	}
+	n.applyAdmin(w, r, consensus.CmdAddKey, cmd, map[string]any{"tenant": tenant, "key": consensus.KeyID(cmd.KeySHA256)})
+}
+
+// revokeTenantKeys serves POST /v1/mesh/tenants/{tenant}/revoke
+// {"keys": [ID or HEX, ...]} or {"all": true}.
+func (n *Node) revokeTenantKeys(w http.ResponseWriter, r *http.Request) {
+	var req consensus.RevokeKey
+	if !readAdminJSON(w, r, &req, `{"keys": [KEY_ID, ...]} or {"all": true}`) {
+		return
+	}
+	req.Tenant = r.PathValue("tenant")
+	n.applyAdmin(w, r, consensus.CmdRevokeKey, req, map[string]any{"tenant": req.Tenant, "revoked": true, "within_s": (tenantRefresh + 2*time.Second).Seconds()})
+}
+
+// readAdminJSON reads an admin request's small JSON body into v, or
+// answers 400 with the expected shape.
+func readAdminJSON(w http.ResponseWriter, r *http.Request, v any, shape string) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil || json.Unmarshal(body, v) != nil {
+		writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
+		return false
+	}
+	return true
+}
+
+// applyAdmin applies an operator's command to the ledger and answers ok,
+// or the error in OpenAI's shape.
+func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, body any, ok map[string]any) {
+	if n.ledger == nil {
+		writeError(w, errNoLedger)
+		return
+	}
+	b, _ := json.Marshal(body)
+	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.name), Type: typ, Body: b})
+	switch {
+	case err != nil:
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+	case strings.Contains(res.Err, consensus.ErrNoTenant.Error()):
+		writeError(w, fmt.Errorf("%w: %s", errNoSuchTenant, res.Err))
+	case res.Err != "":
+		writeError(w, &route.InvalidRequestError{Msg: res.Err})
+	default:
+		writeJSON(w, http.StatusOK, ok)
+	}
 }

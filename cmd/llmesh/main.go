@@ -26,6 +26,10 @@ Usage:
   llmesh budgets [-consistency C]   limit, settled, reserved and remaining per tenant
   llmesh budgets set TENANT USD     change a tenant's budget (-period day|month|total)
   llmesh budgets forfeit NODE       write off the escrow of a node that will not return
+  llmesh tenants [list]             tenants, their residency, key ids (never keys) and revoked key ids
+  llmesh tenants add TENANT         a new tenant (-residency J, -strict), or a new key for one: printed once
+  llmesh tenants rotate TENANT      a new key, and the old ones revoked (-keep keeps them)
+  llmesh tenants revoke TENANT ID.. revoke keys (-all: every key); every node refuses them within 3 s
   llmesh raft peers                 the Raft configuration and its leader
   llmesh status                     this node: phase, role, leader, members, healthy providers, leases held
   llmesh ready                      exit 0 when the node is ready for traffic (/readyz): a container health check
@@ -86,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	case "keygen":
 		return runKeygen(args[1:], stdout, stderr)
+	case "tenants":
+		return runTenants(args[1:], stdout, stderr)
 	case "tls":
 		return runTLS(args[1:], stdout, stderr)
 	case "version", "-version", "--version":

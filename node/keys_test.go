@@ -1,0 +1,83 @@
+package node_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+)
+
+// adminPost posts a JSON body to a node's admin API and returns the status.
+func adminPost(t *testing.T, url, token string, body any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A key added at one node of three is taken by all of them; revoked at
+// another, it is refused by every node within the stated bound (one
+// tenant refresh and a read: 3 s), and it cannot be added back. Keys of
+// the configuration file are revoked the same way.
+func TestKeyRevokedOnEveryNode(t *testing.T) {
+	m := startMeshWith(t, 3, []upstream{{name: "p", kind: "openai"}}, voters(t, 3, nil), fastRaft)
+	const key = "sk-llmesh-test-added-0123456789abcdefghijkl"
+	sum := sha256.Sum256([]byte(key))
+	hash := hex.EncodeToString(sum[:])
+	eventually(t, 30*time.Second, "a Raft leader", func() bool {
+		return adminPost(t, m.urls[0]+"/v1/mesh/tenants/acme/keys", "", map[string]any{"key_sha256": hash, "create": true, "residency": "eu"}) == 200
+	})
+	allAnswer := func(key string, want int) func() bool {
+		return func() bool {
+			for _, u := range m.urls {
+				if postAs(t, u, key, hello).StatusCode != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 5*time.Second, "every node to take the new key", allAnswer(key, 200))
+	var doc struct{ Tenants []node.TenantInfo }
+	if code := getJSON(t, m.urls[2]+"/v1/mesh/tenants", "", &doc); code != 200 {
+		t.Fatalf("tenants: %d", code)
+	}
+	var acme *node.TenantInfo
+	for i := range doc.Tenants {
+		if doc.Tenants[i].Name == "acme" {
+			acme = &doc.Tenants[i]
+		}
+	}
+	if acme == nil || acme.Residency != "eu" || len(acme.Keys) != 1 || acme.Keys[0] != hash[:12] {
+		t.Fatalf("tenants: %+v", doc.Tenants)
+	}
+
+	if code := adminPost(t, m.urls[1]+"/v1/mesh/tenants/acme/revoke", "", map[string]any{"keys": []string{hash[:12]}}); code != 200 {
+		t.Fatalf("revoke: %d", code)
+	}
+	took := eventually(t, 3*time.Second, "every node to refuse the revoked key", allAnswer(key, 401))
+	t.Logf("the revoked key was refused by all three nodes %v after the revocation was committed", took.Round(time.Millisecond))
+	if code := adminPost(t, m.urls[2]+"/v1/mesh/tenants/acme/keys", "", map[string]any{"key_sha256": hash}); code != 400 {
+		t.Fatalf("a revoked key was added back: %d", code)
+	}
+
+	// The file's key for t1 is revoked by its hash, which only the
+	// operator (and the file) knows.
+	if code := adminPost(t, m.urls[0]+"/v1/mesh/tenants/t1/revoke", "", map[string]any{"keys": []string{sha(testKey)}}); code != 200 {
+		t.Fatalf("revoke the file's key: %d", code)
+	}
+	eventually(t, 3*time.Second, "every node to refuse the file's revoked key", allAnswer(testKey, 401))
+}
