@@ -192,3 +192,28 @@ func TestGossipSettings(t *testing.T) {
 		t.Fatalf("join without gossip: %v", err)
 	}
 }
+
+// The agent refuses to open its admin API beyond loopback without a
+// token; on loopback, or with a token, it starts.
+func TestAdminTokenRequiredBeyondLoopback(t *testing.T) {
+	noToken := strings.Replace(validConfig, "  admin_token_env: LLMESH_ADMIN_TOKEN\n", "", 1)
+	for _, tc := range []struct {
+		doc, http, want string
+	}{
+		{noToken, "0.0.0.0:8080", "node.admin_token_env: is required when node.http (0.0.0.0:8080) is not a loopback address"},
+		{noToken, ":8080", "node.admin_token_env: is required when node.http (:8080)"},
+		{noToken, "10.0.0.5:8080", "node.admin_token_env: is required"},
+		{noToken, "127.0.0.1:8080", ""},
+		{noToken, "[::1]:8080", ""},
+		{noToken, "localhost:8080", ""},
+		{validConfig, "0.0.0.0:8080", ""},
+	} {
+		c, err := ParseConfig([]byte(strings.Replace(tc.doc, "http: 127.0.0.1:0", "http: \""+tc.http+"\"", 1)))
+		if err == nil {
+			_, err = c.resolve(getenv, readFile)
+		}
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("http %s, token %v: got %v, want %q", tc.http, tc.doc == validConfig, err, tc.want)
+		}
+	}
+}

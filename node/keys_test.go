@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +81,53 @@ func TestKeyRevokedOnEveryNode(t *testing.T) {
 		t.Fatalf("revoke the file's key: %d", code)
 	}
 	eventually(t, 3*time.Second, "every node to refuse the file's revoked key", allAnswer(testKey, 401))
+}
+
+// Every admin endpoint refuses a caller without the admin token, or with
+// a wrong one, when one is configured; the token opens each of them.
+func TestEveryAdminEndpointNeedsTheToken(t *testing.T) {
+	testEnvKeys["LLMESH_TEST_ADMIN"] = "admin-secret"
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) { c.Node.AdminTokenEnv = "LLMESH_TEST_ADMIN" })
+	endpoints := []struct {
+		method, path string
+		steers       bool // not called with the token: it would stop the node
+	}{
+		{"GET", "/v1/mesh/members", false}, {"GET", "/v1/mesh/providers", false}, {"GET", "/v1/mesh/budgets", false},
+		{"GET", "/v1/mesh/raft/peers", false}, {"GET", "/v1/mesh/status", false}, {"GET", "/v1/mesh/decisions", false},
+		{"GET", "/v1/mesh/tenants", false}, {"GET", "/debug/pprof/", false}, {"GET", "/debug/pprof/cmdline", false},
+		{"POST", "/v1/mesh/join", false}, {"POST", "/v1/mesh/budgets/forfeit", false}, {"PUT", "/v1/mesh/budgets/t1", false},
+		{"POST", "/v1/mesh/tenants/t1/keys", false}, {"POST", "/v1/mesh/tenants/t1/revoke", false},
+		{"POST", "/v1/route/explain", false},
+		{"POST", "/v1/mesh/drain", true}, {"POST", "/v1/mesh/leave", true},
+	}
+	call := func(method, path, token string) int {
+		req, _ := http.NewRequest(method, f.url+path, strings.NewReader(`{}`))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, e := range endpoints {
+		for _, token := range []string{"", "admin-secre", "admin-secret2", testKey} {
+			if token == testKey && e.path == "/v1/route/explain" {
+				continue // a tenant explains its own requests
+			}
+			if code := call(e.method, e.path, token); code != http.StatusUnauthorized {
+				t.Errorf("%s %s with token %q: %d, want 401", e.method, e.path, token, code)
+			}
+		}
+		if !e.steers {
+			if code := call(e.method, e.path, "admin-secret"); code == http.StatusUnauthorized {
+				t.Errorf("%s %s with the token: 401", e.method, e.path)
+			}
+		}
+	}
+	if f.node.Draining() {
+		t.Fatal("a refused drain drained the node")
+	}
 }

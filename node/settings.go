@@ -143,6 +143,10 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		if s.adminToken = route.Secret(getenv(n.AdminTokenEnv)); s.adminToken == "" {
 			bad("node.admin_token_env", "environment variable %s is empty or unset", n.AdminTokenEnv)
 		}
+	} else if !loopbackAddr(s.httpAddr) {
+		// Without a token the admin API answers loopback clients only,
+		// but a proxy on the same host makes every client loopback.
+		bad("node.admin_token_env", "is required when node.http (%s) is not a loopback address: the admin API (drain, budgets, tenant keys) would be open to whoever reaches the port", s.httpAddr)
 	}
 
 	// regions
@@ -466,6 +470,19 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		return nil, errors.Join(problems...)
 	}
 	return s, nil
+}
+
+// loopbackAddr reports whether a host:port binds to loopback only.
+func loopbackAddr(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return true // reported by the address check
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // resolveTracing reads the tracing section; nil when it sets no
