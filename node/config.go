@@ -31,6 +31,7 @@ type Config struct {
 	Outlier   OutlierSection    `yaml:"outlier"`
 	Probes    ProbesSection     `yaml:"probes"`
 	Tracing   TracingSection    `yaml:"tracing"`
+	Audit     AuditSection      `yaml:"audit"`
 }
 
 // NodeSection describes this node.
@@ -183,6 +184,15 @@ type OutlierSection struct {
 type ProbesSection struct {
 	Idle     Duration `yaml:"idle"`     // default 30s
 	Disabled bool     `yaml:"disabled"` // no probes at all
+}
+
+// AuditSection places the audit trail: a line per routing decision for a
+// tenant with a residency, appended to DIR/audit.jsonl and rotated at
+// max_file_mb. On by default, in DATA_DIR/audit.
+type AuditSection struct {
+	Dir       string `yaml:"dir"`         // default DATA_DIR/audit
+	MaxFileMB int    `yaml:"max_file_mb"` // default 64
+	Disabled  bool   `yaml:"disabled"`    // no audit trail at all
 }
 
 // TracingSection sends a span per request to an OpenTelemetry collector

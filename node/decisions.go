@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -32,6 +33,9 @@ type decision struct {
 	took                                time.Duration
 	res                                 *route.Result // nil when the request never got a plan
 	err                                 error         // what the client was answered instead, if anything
+	// The jurisdiction the request's data had to stay in, once known.
+	residency region.Residency
+	strict    bool
 }
 
 func (d *decisions) record(e decision) {

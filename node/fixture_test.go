@@ -67,6 +67,8 @@ func baseConfig() *node.Config {
 		Tenants: []node.TenantSection{{Name: "t1", KeySHA256: []string{sha(testKey)}}},
 		// Tests count what providers receive; probes are tested on their own.
 		Probes: node.ProbesSection{Disabled: true},
+		// The audit trail is tested on its own, with a directory of its own.
+		Audit: node.AuditSection{Disabled: true},
 	}
 }
 

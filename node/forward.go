@@ -71,6 +71,8 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		failure       error
 		// The forwarding node's span is this one's parent.
 		sp, traceparent = n.tracer.begin(incomingTraceParent(stream.Context()), start)
+		residency       region.Residency // once the tenant is known
+		strict          bool
 	)
 	defer func() {
 		provider := ""
@@ -78,7 +80,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 			provider = res.Provider
 		}
 		n.account(decision{at: start, id: in.RequestId, tenant: tenant, model: model, provider: provider, origin: in.Origin,
-			status: status, stream: streaming, res: res, err: failure}, sp)
+			status: status, stream: streaming, res: res, err: failure, residency: residency, strict: strict}, sp)
 	}()
 	refuse := func(err error) error {
 		failure = err
@@ -97,7 +99,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	if !ok {
 		return refuse(fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.name))
 	}
-	residency, strict := n.policyOf(t)
+	residency, strict = n.policyOf(t)
 	if in.Residency != "" {
 		r, err := residency.Narrow(region.Jurisdiction(in.Residency))
 		if err != nil {

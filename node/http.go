@@ -160,6 +160,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		// The request's span, if this node traces, and the traceparent
 		// providers and peers are sent.
 		sp, traceparent = n.tracer.begin(r.Header.Get("Traceparent"), start)
+		req             *route.Request // once the body is parsed
 	)
 	// The request id is the client's, or a new one; answers carry it,
 	// and so do forwards and every node's log line.
@@ -169,8 +170,12 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		if res != nil && res.Target != nil {
 			provider = res.Provider
 		}
-		n.account(decision{at: start, id: id, tenant: tenant, model: model, provider: provider, status: status,
-			stream: stream, res: res, err: failure}, sp)
+		e := decision{at: start, id: id, tenant: tenant, model: model, provider: provider, status: status,
+			stream: stream, res: res, err: failure}
+		if req != nil {
+			e.residency, e.strict = req.Residency, req.StrictTransit
+		}
+		n.account(e, sp)
 	}()
 	fail := func(err error) {
 		failure = err
@@ -199,7 +204,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if rt.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
-	req := &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id, TraceParent: traceparent}
+	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id, TraceParent: traceparent}
 	req.Residency, req.StrictTransit = n.policyOf(t)
 	if req.Session == "" {
 		req.Session = chat.User
@@ -363,6 +368,7 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 func (n *Node) account(e decision, sp *span) {
 	e.took = n.now().Sub(e.at)
 	n.decided.record(e)
+	n.auditDecision(&e)
 	m, res, model, provider := n.metrics, e.res, e.model, e.provider
 	m.requests.WithLabelValues(model, provider, strconv.Itoa(e.status)).Inc()
 	m.duration.WithLabelValues(model, strconv.FormatBool(e.stream)).Observe(e.took.Seconds())

@@ -83,6 +83,7 @@ type Node struct {
 	probes     *prober
 	decided    decisions // the last routing decisions, for the dashboard
 	tracer     *tracer   // nil unless tracing.otlp_endpoint is set
+	audit      *auditLog // nil when audit.disabled
 	logPrompts bool
 
 	srv       *http.Server
@@ -253,6 +254,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	fail := func(err error) error {
 		ln.Close()
+		n.audit.close()
 		if n.grpc != nil {
 			n.grpc.Stop()
 		}
@@ -260,6 +262,11 @@ func (n *Node) Start(ctx context.Context) error {
 			n.ledger.kill()
 		}
 		return err
+	}
+	if n.s.auditDir != "" {
+		if n.audit, err = openAudit(n.s.auditDir, n.s.auditMaxBytes, n.log, n.reg); err != nil {
+			return fail(err)
+		}
 	}
 	if n.ledger != nil {
 		if err := n.ledger.listen(ctx); err != nil {
@@ -425,6 +432,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.forward.close()
 		}
 		n.tracer.close() // every request has ended: send their spans
+		n.audit.close()  // and write their audit lines
 		n.shutdownErr = errors.Join(errs...)
 		n.setPhase(phaseStopped)
 		n.log.Info("node stopped")
@@ -459,5 +467,6 @@ func (n *Node) Kill() {
 			n.forward.close()
 		}
 		n.tracer.close()
+		n.audit.close()
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,8 @@ type settings struct {
 	ledger          bool
 	rpcToken        string         // shared secret between nodes, from the gossip key
 	tracing         *tracingConfig // nil: no spans are exported
+	auditDir        string         // "": no audit trail
+	auditMaxBytes   int64
 }
 
 // tracingConfig is the tracing section, resolved.
@@ -462,6 +465,20 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		s.probeIdle = 0
 	}
 	s.tracing = resolveTracing(&c.Tracing, getenv, bad)
+	if !c.Audit.Disabled {
+		s.auditDir, s.auditMaxBytes = c.Audit.Dir, 64<<20
+		if s.auditDir == "" {
+			s.auditDir = filepath.Join(n.DataDir, "audit")
+		}
+		switch {
+		case c.Audit.MaxFileMB < 0:
+			bad("audit.max_file_mb", "must not be negative")
+		case c.Audit.MaxFileMB > 0:
+			s.auditMaxBytes = int64(c.Audit.MaxFileMB) << 20
+		}
+	} else if c.Audit.Dir != "" {
+		bad("audit.dir", "is set but audit.disabled is true: remove one")
+	}
 	s.executor.NodeName = s.name
 	if s.gossip == nil && (len(n.Join) > 0 || n.GossipKeyEnv != "" || n.GossipKeyFile != "" || n.Cluster != "") {
 		bad("node.gossip", "is required with node.join, node.gossip_key_env, node.gossip_key_file or node.cluster")

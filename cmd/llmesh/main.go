@@ -30,6 +30,7 @@ Usage:
   llmesh tenants add TENANT         a new tenant (-residency J, -strict), or a new key for one: printed once
   llmesh tenants rotate TENANT      a new key, and the old ones revoked (-keep keeps them)
   llmesh tenants revoke TENANT ID.. revoke keys (-all: every key); every node refuses them within 3 s
+  llmesh audit -dir DIR             where each request of a tenant with a residency went (-tenant, -request, -since, -verify)
   llmesh raft peers                 the Raft configuration and its leader
   llmesh status                     this node: phase, role, leader, members, healthy providers, leases held
   llmesh ready                      exit 0 when the node is ready for traffic (/readyz): a container health check
@@ -92,6 +93,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runKeygen(args[1:], stdout, stderr)
 	case "tenants":
 		return runTenants(args[1:], stdout, stderr)
+	case "audit":
+		return runAudit(args[1:], stdout, stderr)
 	case "tls":
 		return runTLS(args[1:], stdout, stderr)
 	case "version", "-version", "--version":

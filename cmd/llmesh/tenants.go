@@ -61,7 +61,7 @@ func runTenants(args []string, stdout, stderr io.Writer) int {
 				if t.BudgetUSD != nil {
 					budget = fmt.Sprintf("$%.2f/%s", *t.BudgetUSD, t.BudgetPeriod)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, res, orDash(t.Keys), orDash(t.Revoked), budget)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, res, orNone(t.Keys), orNone(t.Revoked), budget)
 			}
 			return tw.Flush()
 		})
@@ -72,13 +72,6 @@ func runTenants(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "llmesh tenants: unknown subcommand %q: list, add, rotate or revoke\n", sub)
 	return 2
-}
-
-func orDash(ids []string) string {
-	if len(ids) == 0 {
-		return "-"
-	}
-	return strings.Join(ids, ",")
 }
 
 // runTenantsAdd is llmesh tenants add (a tenant, or a key for one) and

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +28,10 @@ import (
 type Demo struct {
 	Nodes   []*node.Node
 	Tenants []DemoTenant
-	emus    []*emulator.Emulator
+	// AuditDir holds each node's audit trail (AuditDir/NODE), removed at
+	// Shutdown.
+	AuditDir string
+	emus     []*emulator.Emulator
 }
 
 // DemoTenant is one of the demo's tenants and its key.
@@ -46,6 +51,10 @@ var demoRegions = []node.RegionSection{
 // returns once every node is ready.
 func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Demo, error) {
 	d := &Demo{}
+	var err error
+	if d.AuditDir, err = os.MkdirTemp("", "llmesh-demo-audit-*"); err != nil {
+		return nil, err
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -138,6 +147,7 @@ func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Dem
 				Raft: "127.0.0.1:0", Voter: true, BootstrapExpect: 3, DataDir: "/nonexistent",
 				Drain: node.DrainSection{Grace: node.Duration(500 * time.Millisecond)}},
 			Regions: demoRegions, Providers: providers, Tenants: tenants,
+			Audit: node.AuditSection{Dir: filepath.Join(d.AuditDir, n[0])},
 		}
 		if seed != "" {
 			cfg.Node.Join = []string{seed}
@@ -285,5 +295,8 @@ func (d *Demo) Shutdown(ctx context.Context) {
 	wg.Wait()
 	for _, e := range d.emus {
 		_ = e.Shutdown(ctx)
+	}
+	if d.AuditDir != "" {
+		_ = os.RemoveAll(d.AuditDir)
 	}
 }

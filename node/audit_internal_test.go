@@ -1,0 +1,108 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func writeTrail(t *testing.T, dir string, maxSize int64, from, count int) {
+	t.Helper()
+	a, err := openAudit(dir, maxSize, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < from+count; i++ {
+		a.record(&AuditRecord{Time: time.Unix(int64(i), 0).UTC(), RequestID: fmt.Sprint("r", i), Node: "eu-1", Tenant: "acme",
+			Residency: "eu", Nodes: []string{"us-1", "eu-1"}, Provider: "gpu-eu", ProviderJurisdictions: "eu", Status: 200, Outcome: "ok"})
+	}
+	a.close()
+}
+
+func scanIDs(t *testing.T, dir string) ([]string, []AuditBreak) {
+	t.Helper()
+	var ids []string
+	breaks, err := ScanAudit(dir, func(r AuditRecord) error { ids = append(ids, r.RequestID); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, breaks
+}
+
+// The trail rotates at its size, chains every line to the one before
+// across files and restarts, and shows a line removed or changed.
+func TestAuditTrailRotatesAndChains(t *testing.T) {
+	dir := t.TempDir()
+	writeTrail(t, dir, 1000, 0, 20)
+	writeTrail(t, dir, 1000, 20, 5) // a restart goes on with the chain
+	files, _ := AuditFiles(dir)
+	if len(files) < 4 {
+		t.Fatalf("%d files: no rotation", len(files))
+	}
+	for _, f := range files {
+		st, _ := os.Stat(f)
+		if st.Size() > 1000 || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %d bytes, mode %v", f, st.Size(), st.Mode().Perm())
+		}
+	}
+	ids, breaks := scanIDs(t, dir)
+	if len(ids) != 25 || ids[0] != "r0" || ids[24] != "r24" || len(breaks) != 0 {
+		t.Fatalf("%d records %v, breaks %v", len(ids), ids, breaks)
+	}
+
+	// Retention removes the oldest file: not a break.
+	if err := os.Remove(files[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, breaks := scanIDs(t, dir); len(breaks) != 0 {
+		t.Fatalf("retention reported as %v", breaks)
+	}
+	// A line changed in the middle breaks the chain after it.
+	b, _ := os.ReadFile(files[1])
+	if err := os.WriteFile(files[1], []byte(strings.Replace(string(b), `"provider":"gpu-eu"`, `"provider":"gpu-us"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, breaks := scanIDs(t, dir); len(breaks) != 1 || breaks[0].File != files[1] || breaks[0].Line != 2 {
+		t.Fatalf("a changed line: %v", breaks)
+	}
+	// So does a line removed (any but the newest, which nothing follows
+	// yet).
+	if err := os.WriteFile(files[1], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mid, _ := os.ReadFile(files[2])
+	lines := strings.SplitAfter(string(mid), "\n")
+	if len(lines) < 3 { // two lines and the empty rest
+		t.Fatalf("%s has %d lines", files[2], len(lines)-1)
+	}
+	if err := os.WriteFile(files[2], []byte(strings.Join(lines[1:], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, breaks := scanIDs(t, dir); len(breaks) != 1 || breaks[0].File != files[2] || breaks[0].Line != 1 {
+		t.Fatalf("a removed line: %v", breaks)
+	}
+}
+
+// A full queue drops records and counts them; it never blocks a request.
+func TestAuditQueueNeverBlocks(t *testing.T) {
+	a := &auditLog{queue: make(chan *AuditRecord, 1), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"outcome"})}
+	done := make(chan struct{})
+	go func() {
+		for range 3 {
+			a.record(&AuditRecord{RequestID: "r"})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("record blocked on a full queue")
+	}
+}
