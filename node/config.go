@@ -158,6 +158,15 @@ type LimitsSection struct {
 	MaxAttempts      int   `yaml:"max_attempts"`       // providers tried per request; default 3
 	MaxResponseBytes int64 `yaml:"max_response_bytes"` // a non-streamed answer; default 32 MiB
 	MaxEventBytes    int   `yaml:"max_event_bytes"`    // one streamed event; default 1 MiB
+	MaxHeaderBytes   int   `yaml:"max_header_bytes"`   // a request's headers; default 64 KiB
+	MaxMessages      int   `yaml:"max_messages"`       // messages in one request; default 4096
+	// MaxConcurrentPerTenant bounds one tenant's requests in flight on
+	// this node (forwards from peers are counted where they entered);
+	// default 256.
+	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
+	// MaxStreamDuration bounds one stream from its request to its end;
+	// default 1h.
+	MaxStreamDuration Duration `yaml:"max_stream_duration"`
 }
 
 // TimeoutsSection sets each phase's timeout separately.

@@ -117,7 +117,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 			route.ErrNoCompliantProvider, n.s.name, in.Origin, residency.Jurisdiction))
 	}
 	n.logPrompt(in.RequestId, t.Name, in.Body)
-	chat, err := route.ParseChatRequest(in.Body)
+	chat, err := n.parseChat(in.Body)
 	if err != nil {
 		return refuse(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -188,13 +189,19 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant = t.Name
+	if !n.tenantEnter(t.Name) {
+		fail(&route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("tenant %s has %d requests in flight on node %s, its most (limits.max_concurrent_per_tenant)",
+			t.Name, n.s.maxInFlight, n.s.name)})
+		return
+	}
+	defer n.tenantLeave(t.Name)
 	body, err := n.readBody(w, sink.rc, r)
 	if err != nil {
 		fail(err)
 		return
 	}
 	n.logPrompt(id, t.Name, body)
-	chat, err := route.ParseChatRequest(body)
+	chat, err := n.parseChat(body)
 	if err != nil {
 		fail(err)
 		return
@@ -249,6 +256,39 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	status = sink.status
 	if res.ClientGone {
 		status = statusClientClosed
+	}
+}
+
+// parseChat decodes a chat completion request within the node's limits.
+func (n *Node) parseChat(body []byte) (*route.ChatRequest, error) {
+	chat, err := route.ParseChatRequest(body)
+	if err != nil {
+		return nil, err
+	}
+	if len(chat.Messages) > n.s.maxMessages {
+		return nil, &route.InvalidRequestError{Param: "messages", Msg: fmt.Sprintf("%d messages; this node takes at most %d (limits.max_messages)", len(chat.Messages), n.s.maxMessages)}
+	}
+	return chat, nil
+}
+
+// tenantEnter counts a request of tenant in flight on this node, unless
+// the tenant already has limits.max_concurrent_per_tenant; tenantLeave
+// uncounts it.
+func (n *Node) tenantEnter(tenant string) bool {
+	c, ok := n.perTenant.Load(tenant)
+	if !ok {
+		c, _ = n.perTenant.LoadOrStore(tenant, new(atomic.Int64))
+	}
+	if c.(*atomic.Int64).Add(1) > int64(n.s.maxInFlight) {
+		c.(*atomic.Int64).Add(-1)
+		return false
+	}
+	return true
+}
+
+func (n *Node) tenantLeave(tenant string) {
+	if c, ok := n.perTenant.Load(tenant); ok {
+		c.(*atomic.Int64).Add(-1)
 	}
 }
 

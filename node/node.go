@@ -84,6 +84,7 @@ type Node struct {
 	decided    decisions // the last routing decisions, for the dashboard
 	tracer     *tracer   // nil unless tracing.otlp_endpoint is set
 	audit      *auditLog // nil when audit.disabled
+	perTenant  sync.Map  // tenant name → *atomic.Int64: its requests in flight here
 	logPrompts bool
 
 	srv       *http.Server
@@ -233,7 +234,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	n.srv = &http.Server{
 		Handler:           n.routes(),
 		ReadHeaderTimeout: s.readHeader,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    s.maxHeader,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		// No ReadTimeout or WriteTimeout: they would cut long streams.

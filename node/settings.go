@@ -35,6 +35,9 @@ type settings struct {
 	executor     route.ExecutorConfig
 	health       route.HealthConfig
 	maxBodyBytes int64
+	maxHeader    int
+	maxMessages  int
+	maxInFlight  int // per tenant
 	readHeader   time.Duration
 	readBody     time.Duration
 	clientWrite  time.Duration
@@ -107,6 +110,9 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		executor:     route.DefaultExecutorConfig(),
 		health:       route.DefaultHealthConfig(),
 		maxBodyBytes: DefaultMaxBodyBytes,
+		maxHeader:    64 << 10,
+		maxMessages:  4096,
+		maxInFlight:  256,
 		readHeader:   10 * time.Second,
 		readBody:     30 * time.Second,
 		clientWrite:  30 * time.Second,
@@ -409,6 +415,26 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		bad("limits.max_event_bytes", "must not be negative")
 	} else if c.Limits.MaxEventBytes > 0 {
 		s.executor.MaxEventBytes = c.Limits.MaxEventBytes
+	}
+	for _, l := range []struct {
+		field string
+		v     int
+		dst   *int
+	}{
+		{"limits.max_header_bytes", c.Limits.MaxHeaderBytes, &s.maxHeader},
+		{"limits.max_messages", c.Limits.MaxMessages, &s.maxMessages},
+		{"limits.max_concurrent_per_tenant", c.Limits.MaxConcurrentPerTenant, &s.maxInFlight},
+	} {
+		if l.v < 0 {
+			bad(l.field, "must not be negative")
+		} else if l.v > 0 {
+			*l.dst = l.v
+		}
+	}
+	if c.Limits.MaxStreamDuration < 0 {
+		bad("limits.max_stream_duration", "must not be negative")
+	} else if c.Limits.MaxStreamDuration > 0 {
+		s.executor.MaxStreamDuration = time.Duration(c.Limits.MaxStreamDuration)
 	}
 	if c.Limits.MaxAttempts < 0 {
 		bad("limits.max_attempts", "must not be negative")

@@ -72,12 +72,20 @@ func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink Resp
 		}
 		return true
 	}
+	var cutAt time.Time // when the stream has run for MaxStreamDuration
+	if e.cfg.MaxStreamDuration > 0 {
+		cutAt = start.Add(e.cfg.MaxStreamDuration)
+	}
 	for {
 		ev, err := rd.next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				streamErr = readErr(err, "read stream")
 			}
+			break
+		}
+		if a.committed && !cutAt.IsZero() && !e.now().Before(cutAt) {
+			streamErr = e.fail(a, OutcomeBroken, "the stream ran longer than %s (limits.max_stream_duration)", e.cfg.MaxStreamDuration)
 			break
 		}
 		if ev.Comment {

@@ -28,6 +28,10 @@ type ExecutorConfig struct {
 	// StreamIdleTimeout bounds the gap between two events of a stream,
 	// however long the stream runs.
 	StreamIdleTimeout time.Duration
+	// MaxStreamDuration bounds a whole stream, so that one that never
+	// ends (a looping model, a hostile provider) ends with an error
+	// event; 0 means no bound.
+	MaxStreamDuration time.Duration
 	// MaxResponseBytes caps a non-streamed answer; MaxEventBytes one
 	// streamed event.
 	MaxResponseBytes int64
@@ -48,6 +52,7 @@ func DefaultExecutorConfig() ExecutorConfig {
 		FirstByteTimeout:    60 * time.Second,
 		ResponseTimeout:     10 * time.Minute,
 		StreamIdleTimeout:   60 * time.Second,
+		MaxStreamDuration:   time.Hour,
 		MaxResponseBytes:    32 << 20,
 		MaxEventBytes:       1 << 20,
 		MaxIdleConnsPerHost: 256,

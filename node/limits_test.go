@@ -1,0 +1,116 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+// errorCode returns the OpenAI error code of an answer.
+func errorCode(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	var doc struct{ Error struct{ Code, Param string } }
+	if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &doc); err != nil {
+		t.Fatalf("%s: not OpenAI's error shape: %v", resp.Status, err)
+	}
+	return doc.Error.Code
+}
+
+// Too many messages, or too large headers, are refused; the node goes on
+// serving.
+func TestMessageAndHeaderLimits(t *testing.T) {
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {
+		c.Limits.MaxMessages = 3
+		c.Limits.MaxHeaderBytes = 4 << 10
+	})
+	msgs := strings.Repeat(`{"role":"user","content":"x"},`, 4)
+	resp := f.post(`{"model":"gpt-4o-mini","messages":[` + strings.TrimSuffix(msgs, ",") + `]}`)
+	if resp.StatusCode != 400 || errorCode(t, resp) != "invalid_request" {
+		t.Fatalf("4 messages: %s", resp.Status)
+	}
+	// Beyond max_header_bytes net/http answers 431 before any handler.
+	if resp := f.post(hello, "X-Padding", strings.Repeat("p", 16<<10)); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("16 KiB of headers: %s", resp.Status)
+	}
+	if resp := f.post(hello); resp.StatusCode != 200 {
+		t.Fatalf("after the refusals: %s", resp.Status)
+	}
+}
+
+// One tenant's requests in flight on a node are bounded: past the bound
+// it gets 429 rate_limited with Retry-After, while another tenant is
+// served, and once its requests finish it is served again.
+func TestConcurrentRequestsPerTenant(t *testing.T) {
+	const other = "sk-test-other-tenant-0001"
+	f := startNode(t, []upstream{{name: "p", kind: "openai", emu: emulator.Config{Latency: 700 * time.Millisecond}}}, func(c *node.Config) {
+		c.Limits.MaxConcurrentPerTenant = 2
+		c.Tenants = append(c.Tenants, node.TenantSection{Name: "t2", KeySHA256: []string{sha(other)}})
+	})
+	var wg sync.WaitGroup
+	codes := make(chan int, 2)
+	for range 2 {
+		wg.Go(func() { codes <- f.post(hello).StatusCode })
+	}
+	eventually(t, 5*time.Second, "two of t1's requests in flight", func() bool { return f.node.Status(t.Context()).InFlight == 2 })
+	resp := f.post(hello)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || errorCode(t, resp) != "rate_limited" {
+		t.Fatalf("t1's third request: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
+	}
+	if resp := postAs(t, f.url, other, hello); resp.StatusCode != 200 {
+		t.Fatalf("t2 while t1 is at its bound: %s", resp.Status)
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != 200 {
+			t.Fatalf("a request within the bound: %d", c)
+		}
+	}
+	if resp := f.post(hello); resp.StatusCode != 200 {
+		t.Fatalf("t1 once its requests finished: %s", resp.Status)
+	}
+}
+
+// A provider that streams without end is cut at max_stream_duration with
+// an error event, and the node goes on serving. (Streams within the bound
+// run through every other stream test under the default hour.)
+func TestEndlessStreamIsCut(t *testing.T) {
+	endless := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			if _, err := fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x%d \"}}]}\n\n", i); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+	f := startNode(t, []upstream{{name: "healthy", kind: "openai", in: 1, out: 1}}, func(c *node.Config) {
+		withBroken(endless)(c)
+		c.Limits.MaxStreamDuration = node.Duration(500 * time.Millisecond)
+	})
+	stream := strings.Replace(hello, `"messages"`, `"stream":true,"messages"`, 1)
+	start := time.Now()
+	resp := f.post(stream)
+	out := readAll(t, resp.Body)
+	took := time.Since(start)
+	if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Provider") != "broken" || !strings.Contains(out, "limits.max_stream_duration") ||
+		strings.Contains(out, "[DONE]") || took > 5*time.Second {
+		t.Fatalf("%s after %v from %q: ...%s", resp.Status, took, resp.Header.Get("X-LLMesh-Provider"), out[max(0, len(out)-300):])
+	}
+	t.Logf("the endless stream was cut after %v", took.Round(time.Millisecond))
+	if resp := f.post(hello); resp.StatusCode != 200 {
+		t.Fatalf("after the cut: %s", resp.Status)
+	}
+}
