@@ -33,7 +33,7 @@ const statusClientClosed = 499
 // classify maps an error of the request path to its HTTP status and
 // OpenAI error, the one place where that mapping is made.
 func classify(err error) (int, apiError) {
-	e := apiError{Message: err.Error()}
+	e := apiError{Message: route.Redact(err.Error())}
 	var inv *route.InvalidRequestError
 	var ra *route.RetryAfterError
 	switch {

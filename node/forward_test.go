@@ -137,7 +137,7 @@ func startLogged(t testing.TB, cfg *node.Config, requests io.Writer) *node.Node 
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	if requests != nil {
-		logger = slog.New(slog.NewJSONHandler(requests, nil))
+		logger = slog.New(slog.NewJSONHandler(requests, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	nd, err := node.New(cfg, node.Options{Logger: logger, Version: "test", Getenv: func(k string) string { return testEnvKeys[k] }})
 	if err != nil {

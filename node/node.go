@@ -123,13 +123,14 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	registerSecrets(s)
 	catalog, err := route.NewCatalog(s.providers, s.groups...)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{
 		s:         s,
-		log:       opts.Logger.With("node", s.name),
+		log:       slog.New(redactHandler{opts.Logger.Handler()}).With("node", s.name),
 		reg:       opts.Registry,
 		metrics:   newMetrics(opts.Registry),
 		now:       opts.Clock,

@@ -408,7 +408,7 @@ func (a *attemptResult) short() string {
 
 func (e *Executor) fail(a *attemptResult, o Outcome, format string, args ...any) *attemptResult {
 	a.Outcome = o
-	a.Detail = fmt.Sprintf(format, args...)
+	a.Detail = Redact(fmt.Sprintf(format, args...))
 	return a
 }
 

@@ -1,0 +1,117 @@
+package node
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+
+	"github.com/llmesh/llmesh/route"
+)
+
+// registerSecrets hands every credential of s to route.Redact, the one
+// redaction point for what the node logs and answers.
+func registerSecrets(s *settings) {
+	route.RegisterSecret(s.adminToken.Reveal())
+	for _, p := range s.providers {
+		route.RegisterSecret(p.APIKey.Reveal())
+	}
+	if s.gossip != nil && len(s.gossip.key) > 0 {
+		route.RegisterSecret(base64.StdEncoding.EncodeToString(s.gossip.key))
+		route.RegisterSecret(string(s.gossip.key))
+	}
+	route.RegisterSecret(s.rpcToken)
+	if s.tracing != nil {
+		for _, v := range s.tracing.headers {
+			route.RegisterSecret(v.Reveal())
+		}
+	}
+}
+
+// redactHandler passes every log record through route.Redact: its
+// message and every attribute's text, including errors and the
+// attributes of groups and of With.
+type redactHandler struct{ h slog.Handler }
+
+func (r redactHandler) Enabled(ctx context.Context, l slog.Level) bool { return r.h.Enabled(ctx, l) }
+
+func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
+	// Most records hold no secret: they pass as they are, without a copy.
+	dirty := route.Redact(rec.Message) != rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		dirty = dirty || holdsSecret(a)
+		return !dirty
+	})
+	if !dirty {
+		return r.h.Handle(ctx, rec)
+	}
+	out := slog.NewRecord(rec.Time, rec.Level, route.Redact(rec.Message), rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(redactAttr(a))
+		return true
+	})
+	return r.h.Handle(ctx, out)
+}
+
+func (r redactHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	red := make([]slog.Attr, len(as))
+	for i, a := range as {
+		red[i] = redactAttr(a)
+	}
+	return redactHandler{r.h.WithAttrs(red)}
+}
+
+func (r redactHandler) WithGroup(name string) slog.Handler { return redactHandler{r.h.WithGroup(name)} }
+
+// holdsSecret reports whether redactAttr would change a.
+func holdsSecret(a slog.Attr) bool {
+	v := a.Value.Resolve()
+	if v.Kind() == slog.KindString {
+		s := v.String()
+		return route.Redact(s) != s
+	}
+	if v.Kind() == slog.KindGroup {
+		for _, ga := range v.Group() {
+			if holdsSecret(ga) {
+				return true
+			}
+		}
+		return false
+	}
+	r := redactAttr(a)
+	return r.Value.Kind() == slog.KindString && v.Kind() != slog.KindString
+}
+
+func redactAttr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	text := ""
+	switch v.Kind() {
+	case slog.KindString:
+		text = v.String()
+	case slog.KindAny:
+		switch x := v.Any().(type) {
+		case error:
+			text = x.Error()
+		case fmt.Stringer:
+			text = x.String()
+		case []string, []any, map[string]any:
+			text = fmt.Sprint(x)
+		default:
+			return slog.Attr{Key: a.Key, Value: v}
+		}
+	case slog.KindGroup:
+		g := v.Group()
+		red := make([]any, len(g))
+		for i, ga := range g {
+			red[i] = redactAttr(ga)
+		}
+		return slog.Group(a.Key, red...)
+	default:
+		return slog.Attr{Key: a.Key, Value: v}
+	}
+	// Only text that holds a secret changes (and then becomes a string).
+	if red := route.Redact(text); red != text {
+		return slog.String(a.Key, red)
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
