@@ -217,3 +217,23 @@ func TestAdminTokenRequiredBeyondLoopback(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfig: whatever the file holds, parsing and resolving it
+// never panics, and no error quotes a secret the environment holds.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(validConfig))
+	f.Add([]byte(validConfig + "tracing:\n  otlp_endpoint: http://127.0.0.1:4318\n  headers_env: GPU_EU_KEY\n"))
+	f.Add([]byte(strings.Replace(validConfig, "residency: eu", "residency: [eu, us]", 1)))
+	f.Add([]byte("node: {name: a}\nlimits: {max_messages: -1, max_stream_duration: 1h}\naudit: {dir: x, disabled: true}\n"))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		c, err := ParseConfig(doc)
+		if err == nil {
+			_, err = c.resolve(getenv, readFile)
+		}
+		for _, secret := range []string{"gpu-secret", "az-secret"} {
+			if err != nil && strings.Contains(err.Error(), secret) && !strings.Contains(string(doc), secret) {
+				t.Fatalf("an error quotes the secret %q: %v", secret, err)
+			}
+		}
+	})
+}

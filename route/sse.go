@@ -27,6 +27,10 @@ type sseReader struct {
 	max     int
 	data    []byte
 	hasData bool
+	// rest is what follows a lone CR in the line last read: a line of its
+	// own still to return. It aliases br's buffer, which stays valid
+	// because nothing is read while it is pending.
+	rest []byte
 }
 
 // sseBufferSize is the read buffer of a stream: chunks are a few hundred
@@ -47,7 +51,7 @@ func (s *sseReader) reset(r io.Reader, maxEvent int) {
 	if cap(s.data) > 16<<10 { // after an unusually large event
 		s.data = nil
 	}
-	s.data, s.hasData = s.data[:0], false
+	s.data, s.hasData, s.rest = s.data[:0], false, nil
 }
 
 // eventBuffered reports whether a whole further event is already in
@@ -110,9 +114,32 @@ func (s *sseReader) next() (sseEvent, error) {
 	}
 }
 
-// readLine returns one line without its terminator (LF, CRLF or CR
-// before LF), refusing lines longer than the event limit.
+// readLine returns one line without its terminator (LF, CRLF or a lone
+// CR, as WHATWG's grammar has it), refusing lines longer than the event
+// limit. A lone CR must end a line here as it does in every client:
+// relayed inside an event's data, it would split the event in two.
 func (s *sseReader) readLine() ([]byte, error) {
+	if s.rest == nil {
+		line, err := s.readLF()
+		if err != nil {
+			return nil, err
+		}
+		s.rest = line
+	}
+	line := s.rest
+	i := bytes.IndexByte(line, '\r')
+	if i < 0 {
+		s.rest = nil
+		return line, nil
+	}
+	if s.rest = line[i+1:]; len(s.rest) == 0 {
+		s.rest = nil // CR LF: one terminator
+	}
+	return line[:i], nil
+}
+
+// readLF returns the input up to the next LF (or its end), without the LF.
+func (s *sseReader) readLF() ([]byte, error) {
 	line, err := s.br.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		long := append([]byte(nil), line...)
@@ -128,6 +155,5 @@ func (s *sseReader) readLine() ([]byte, error) {
 	if err != nil && !(err == io.EOF && len(line) > 0) {
 		return nil, err
 	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), nil
+	return bytes.TrimSuffix(line, []byte("\n")), nil
 }

@@ -1,11 +1,13 @@
 package route
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func readEvents(t *testing.T, in string, max int) ([]string, error) {
@@ -119,4 +121,87 @@ func FuzzChunkUsage(f *testing.F) {
 		}
 		_ = isUsageOnly(data)
 	})
+}
+
+// A lone CR ends a line, as in every client: CR CR ends an event.
+func TestSSELoneCR(t *testing.T) {
+	evs, err := sseEvents(strings.NewReader("data: a\rdata: b\r\rdata: c\r\n\r\n"), 64)
+	if err != nil || len(evs) != 2 || string(evs[0].Data) != "a\nb" || string(evs[1].Data) != "c" {
+		t.Fatalf("%v %+v", err, evs)
+	}
+}
+
+// sseEvents parses a whole stream read through r, copying each event.
+func sseEvents(r io.Reader, max int) ([]sseEvent, error) {
+	rd := newSSEReader(r, max)
+	var out []sseEvent
+	for {
+		ev, err := rd.next()
+		if err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return out, err
+		}
+		ev.Data = append([]byte(nil), ev.Data...)
+		out = append(out, ev)
+	}
+}
+
+// FuzzSSEReader holds the relay's stream parser to three properties on any
+// bytes a provider may send: it never panics or returns an event above its
+// limit; how the bytes arrive (at once, or a byte at a time) changes
+// nothing; and the events it relays, written as the node writes them
+// (appendEvent), parse back to the same events, so no framing is lost or
+// made up on the way to the client.
+func FuzzSSEReader(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"), 64)
+	f.Add([]byte(": keep-alive\n\ndata: x\ndata: y\r\n\r\nevent: e\nid: 1\ndata:z"), 16)
+	f.Add([]byte("data: "+strings.Repeat("x", 100)+"\n\n"), 32)
+	f.Add([]byte("data\ndata:\n\n\r\n:\n"), 8)
+	f.Add([]byte("data:\r\r"), -13) // found by this fuzzer: a lone CR ends a line
+	f.Fuzz(func(t *testing.T, stream []byte, max int) {
+		max = 1 + abs(max)%(8<<10)
+		whole, errWhole := sseEvents(bytes.NewReader(stream), max)
+		bytewise, errBytewise := sseEvents(iotest.OneByteReader(bytes.NewReader(stream)), max)
+		if (errWhole == nil) != (errBytewise == nil) || len(whole) != len(bytewise) {
+			t.Fatalf("chunking changed the parse: %v/%v, %d/%d events", errWhole, errBytewise, len(whole), len(bytewise))
+		}
+		var relayed []byte
+		for i, ev := range whole {
+			if len(ev.Data) > max {
+				t.Fatalf("event %d of %d bytes above the %d limit", i, len(ev.Data), max)
+			}
+			if ev.Comment != bytewise[i].Comment || !bytes.Equal(ev.Data, bytewise[i].Data) {
+				t.Fatalf("event %d: %q / %q", i, ev.Data, bytewise[i].Data)
+			}
+			if !ev.Comment {
+				relayed = appendEvent(relayed, ev.Data)
+			}
+		}
+		again, err := sseEvents(bytes.NewReader(relayed), max+len(relayed))
+		if err != nil {
+			t.Fatalf("the relayed stream does not parse: %v", err)
+		}
+		k := 0
+		for _, ev := range whole {
+			if ev.Comment {
+				continue
+			}
+			if k >= len(again) || !bytes.Equal(again[k].Data, ev.Data) {
+				t.Fatalf("relayed event %d: %q became %v", k, ev.Data, again)
+			}
+			k++
+		}
+		if k != len(again) {
+			t.Fatalf("%d events relayed, %d parsed back", k, len(again))
+		}
+	})
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
