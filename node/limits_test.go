@@ -3,6 +3,7 @@ package node_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -112,5 +113,49 @@ func TestEndlessStreamIsCut(t *testing.T) {
 	t.Logf("the endless stream was cut after %v", took.Round(time.Millisecond))
 	if resp := f.post(hello); resp.StatusCode != 200 {
 		t.Fatalf("after the cut: %s", resp.Status)
+	}
+}
+
+// A client that stops reading a stream is let go after client_write,
+// however fast the provider writes; a client that reads a stream lasting
+// several times client_write gets all of it.
+func TestSlowReaderCutLongStreamKept(t *testing.T) {
+	chunk := `{"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 32<<10) + `"}}]}`
+	flood := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	})
+	f := startNode(t, []upstream{{name: "slow", kind: "openai", in: 1, out: 1, emu: emulator.Config{TPS: 20}}}, func(c *node.Config) {
+		c.Timeouts.ClientWrite = node.Duration(300 * time.Millisecond)
+		c.Providers = append(c.Providers, node.ProviderSection{
+			Name: "flood", Kind: "openai", Region: "eu-west", BaseURL: flood,
+			Models: []node.ModelSection{{Name: "flood-model", InputUSDPerMTok: 1, OutputUSDPerMTok: 1}},
+		})
+	})
+	// The reader: 30 tokens at 20 a second, well past client_write.
+	start := time.Now()
+	resp := f.post(`{"model":"gpt-4o-mini","stream":true,"max_tokens":30,"messages":[{"role":"user","content":"go"}]}`)
+	out := readAll(t, resp.Body)
+	if took := time.Since(start); resp.StatusCode != 200 || !strings.HasSuffix(out, "data: [DONE]\n\n") || took < time.Second {
+		t.Fatalf("a reading client's %v stream: %s ...%s", took, resp.Status, out[max(0, len(out)-200):])
+	}
+	// The client that never reads.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"flood-model","stream":true,"messages":[{"role":"user","content":"go"}]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", testKey, len(body), body)
+	eventually(t, 10*time.Second, "the stream to the client that does not read to begin", func() bool { return f.node.Status(t.Context()).InFlight == 1 })
+	took := eventually(t, 15*time.Second, "the node to let the client that does not read go", func() bool { return f.node.Status(t.Context()).InFlight == 0 })
+	t.Logf("a client that stopped reading was let go %v after its stream began", took.Round(10*time.Millisecond))
+	if resp := f.post(hello); resp.StatusCode != 200 {
+		t.Fatalf("after: %s", resp.Status)
 	}
 }
