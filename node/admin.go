@@ -213,19 +213,9 @@ type BudgetInfo struct {
 // budgets serves GET /v1/mesh/budgets?consistency=linearizable|stale
 // (default linearizable: served by the leader after a barrier).
 func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
-	if n.ledger == nil {
-		writeError(w, errNoLedger)
-		return
-	}
-	lin := r.URL.Query().Get("consistency") != "stale"
-	b, gotLin, err := n.ledger.client.Read(r.Context(), "books", lin)
-	if err != nil {
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
-		return
-	}
 	var books []consensus.BookView
-	if err := json.Unmarshal(b, &books); err != nil {
-		writeError(w, err)
+	gotLin, ok := n.readLedgerView(w, r, "books", r.URL.Query().Get("consistency") != "stale", &books)
+	if !ok {
 		return
 	}
 	out := []BudgetInfo{}
@@ -241,19 +231,38 @@ func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"consistency": consistency, "budgets": out})
 }
 
-// setBudget serves PUT /v1/mesh/budgets/{tenant} {"usd": 10, "period": "month"}.
-func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
+// readLedgerView reads one of the ledger's views (through the leader when
+// linearizable) into v, or answers the error; gotLin says whether the
+// read was linearizable.
+func (n *Node) readLedgerView(w http.ResponseWriter, r *http.Request, what string, linearizable bool, v any) (gotLin, ok bool) {
 	if n.ledger == nil {
 		writeError(w, errNoLedger)
-		return
+		return false, false
 	}
+	b, gotLin, err := n.ledger.client.Read(r.Context(), what, linearizable)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		return false, false
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		writeError(w, err)
+		return false, false
+	}
+	return gotLin, true
+}
+
+// setBudget serves PUT /v1/mesh/budgets/{tenant} {"usd": 10, "period": "month"}.
+func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		USD    *float64 `json:"usd"`
 		Period string   `json:"period"`
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil || json.Unmarshal(body, &req) != nil || req.USD == nil || *req.USD < 0 {
-		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"usd": AMOUNT, "period": "day|month|total"}`})
+	const shape = `{"usd": AMOUNT, "period": "day|month|total"}`
+	if !readAdminJSON(w, r, &req, shape) {
+		return
+	}
+	if req.USD == nil || *req.USD < 0 {
+		writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
 		return
 	}
 	if req.Period == "" {
@@ -264,18 +273,8 @@ func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := r.PathValue("tenant")
-	b, _ := json.Marshal(map[string]any{"tenant": tenant, "budget": consensus.Budget{Limit: consensus.RoundNanos(*req.USD), Period: req.Period}})
-	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.name), Type: consensus.CmdSetBudget, Body: b})
-	switch {
-	case err != nil:
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
-	case strings.Contains(res.Err, consensus.ErrNoTenant.Error()):
-		writeError(w, fmt.Errorf("%w: %s", errNoSuchTenant, res.Err))
-	case res.Err != "":
-		writeError(w, &route.InvalidRequestError{Msg: res.Err})
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "limit_usd": *req.USD, "period": req.Period})
-	}
+	n.applyAdmin(w, r, consensus.CmdSetBudget, map[string]any{"tenant": tenant, "budget": consensus.Budget{Limit: consensus.RoundNanos(*req.USD), Period: req.Period}},
+		map[string]any{"tenant": tenant, "limit_usd": *req.USD, "period": req.Period})
 }
 
 // forfeit serves POST /v1/mesh/budgets/forfeit {"node": "name"}: the
@@ -284,28 +283,17 @@ func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
 // (The leader does it by itself for a gone node whose leases expired more
 // than ten minutes ago.)
 func (n *Node) forfeit(w http.ResponseWriter, r *http.Request) {
-	if n.ledger == nil {
-		writeError(w, errNoLedger)
-		return
-	}
 	var req struct {
 		Node string `json:"node"`
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil || json.Unmarshal(body, &req) != nil || req.Node == "" {
+	if !readAdminJSON(w, r, &req, `{"node": "NAME"}`) {
+		return
+	}
+	if req.Node == "" {
 		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"node": "NAME"}`})
 		return
 	}
-	b, _ := json.Marshal(req)
-	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.name), Type: consensus.CmdForfeit, Body: b})
-	switch {
-	case err != nil:
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
-	case res.Err != "":
-		writeError(w, &route.InvalidRequestError{Msg: res.Err})
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"node": req.Node, "forfeited": true})
-	}
+	n.applyAdmin(w, r, consensus.CmdForfeit, req, map[string]any{"node": req.Node, "forfeited": true})
 }
 
 // raftPeers serves GET /v1/mesh/raft/peers.

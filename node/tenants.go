@@ -137,18 +137,8 @@ type TenantInfo struct {
 // tenantsList serves GET /v1/mesh/tenants: the ledger's tenants, read
 // through the leader.
 func (n *Node) tenantsList(w http.ResponseWriter, r *http.Request) {
-	if n.ledger == nil {
-		writeError(w, errNoLedger)
-		return
-	}
-	b, _, err := n.ledger.client.Read(r.Context(), "tenants", true)
-	if err != nil {
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
-		return
-	}
 	var ts []consensus.Tenant
-	if err := json.Unmarshal(b, &ts); err != nil {
-		writeError(w, err)
+	if _, ok := n.readLedgerView(w, r, "tenants", true, &ts); !ok {
 		return
 	}
 	out := []TenantInfo{}
