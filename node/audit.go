@@ -2,16 +2,20 @@ package node
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +25,7 @@ import (
 // residency, on every node the request passed, so that a user can show
 // where each request's data went. Lines are appended to audit.jsonl in
 // the audit directory; at max size the file is renamed
-// audit-<first-record-time>.jsonl and a new one begun. Each line carries
+// audit-<rotation time>.jsonl and a new one begun. Each line carries
 // the SHA-256 of the line before it (across files), so a line removed or
 // changed breaks the chain, which `llmesh audit -verify` checks.
 //
@@ -58,18 +62,22 @@ const (
 type auditLog struct {
 	dir     string
 	maxSize int64
+	// queue is never closed: a request cut off by a forced stop may still
+	// record after close, and must not panic.
 	queue   chan *AuditRecord
 	log     *slog.Logger
 	records *prometheus.CounterVec // outcome: written, dropped, failed
+	stop    chan struct{}
 	done    chan struct{}
+	closed  atomic.Bool
 	once    sync.Once
 
 	// The writer goroutine's own.
-	f    *os.File
-	w    *bufio.Writer
-	size int64
-	prev string
-	enc  []byte
+	f       *os.File
+	size    int64  // of the current file, up to the last whole line
+	prev    string // hash of the last line written
+	enc     []byte
+	failing bool // the last write failed: log once per outage
 }
 
 // openAudit opens (creating) the audit directory and its current file,
@@ -79,13 +87,17 @@ func openAudit(dir string, maxSize int64, log *slog.Logger, reg prometheus.Regis
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit.dir: %w", err)
 	}
-	a := &auditLog{dir: dir, maxSize: maxSize, queue: make(chan *AuditRecord, auditQueue), log: log, done: make(chan struct{}),
+	a := &auditLog{dir: dir, maxSize: maxSize, queue: make(chan *AuditRecord, auditQueue), log: log,
+		stop: make(chan struct{}), done: make(chan struct{}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_audit_records_total",
 			Help: "Audit records of routing decisions for tenants with a residency: written, dropped (the queue to the disk was full) or failed (the write failed).",
 		}, []string{"outcome"})}
 	for _, o := range []string{"written", "dropped", "failed"} {
 		a.records.WithLabelValues(o)
+	}
+	if err := repairTornLine(filepath.Join(dir, auditFile), log); err != nil {
+		return nil, fmt.Errorf("audit.dir: %w", err)
 	}
 	prev, err := lastHash(dir)
 	if err != nil {
@@ -110,13 +122,33 @@ func (a *auditLog) openCurrent() error {
 		f.Close()
 		return err
 	}
-	a.f, a.w, a.size = f, bufio.NewWriterSize(f, 64<<10), st.Size()
+	a.f, a.size = f, st.Size()
 	return nil
+}
+
+// repairTornLine cuts a last line that a crash left without its newline:
+// it was never a whole record, and appending after it would glue the next
+// record to it.
+func repairTornLine(name string, log *slog.Logger) error {
+	b, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && (len(b) == 0 || b[len(b)-1] == '\n')) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	keep := bytes.LastIndexByte(b, '\n') + 1
+	log.Warn("audit: cut a torn last line a crash left", "file", name, "bytes", len(b)-keep)
+	return os.Truncate(name, int64(keep))
 }
 
 // record queues rec; it never blocks.
 func (a *auditLog) record(rec *AuditRecord) {
 	if a == nil {
+		return
+	}
+	if a.closed.Load() {
+		a.records.WithLabelValues("dropped").Inc()
 		return
 	}
 	select {
@@ -127,29 +159,40 @@ func (a *auditLog) record(rec *AuditRecord) {
 	}
 }
 
-// run writes queued records, flushing and syncing after each burst.
+// run writes queued records, syncing the file after each burst, until
+// stop; then it writes what is queued and closes the file.
 func (a *auditLog) run() {
 	defer close(a.done)
-	for rec := range a.queue {
-		a.write(rec)
-		for more := true; more; {
-			select {
-			case r, ok := <-a.queue:
-				if !ok {
-					more = false
-					break
-				}
-				a.write(r)
-			default:
-				more = false
-			}
+	for {
+		select {
+		case rec := <-a.queue:
+			a.write(rec)
+			a.drain()
+			a.sync()
+		case <-a.stop:
+			a.drain()
+			a.sync()
+			_ = a.f.Close()
+			return
 		}
-		a.sync()
 	}
-	a.sync()
-	_ = a.f.Close()
 }
 
+// drain writes the records already queued.
+func (a *auditLog) drain() {
+	for {
+		select {
+		case rec := <-a.queue:
+			a.write(rec)
+		default:
+			return
+		}
+	}
+}
+
+// write appends one record as one write(2): either the whole line is in
+// the file and the chain moves on, or the file is cut back to its last
+// whole line and the record counted as failed.
 func (a *auditLog) write(rec *AuditRecord) {
 	rec.Prev = a.prev
 	b, err := json.Marshal(rec)
@@ -161,11 +204,21 @@ func (a *auditLog) write(rec *AuditRecord) {
 		a.rotate()
 	}
 	a.enc = append(append(a.enc[:0], b...), '\n')
-	if _, err := a.w.Write(a.enc); err != nil {
+	if k, err := a.f.Write(a.enc); err != nil {
+		if k > 0 {
+			_ = a.f.Truncate(a.size)
+		}
 		a.records.WithLabelValues("failed").Inc()
-		a.log.Error("audit write failed", "err", err)
+		if !a.failing {
+			a.log.Error("audit records cannot be written; they are counted as failed until writes succeed again", "dir", a.dir, "err", err)
+		}
+		a.failing = true
 		return
 	}
+	if a.failing {
+		a.log.Info("audit records are written again", "dir", a.dir)
+	}
+	a.failing = false
 	sum := sha256.Sum256(b)
 	a.prev = hex.EncodeToString(sum[:])
 	a.size += int64(len(a.enc))
@@ -173,10 +226,7 @@ func (a *auditLog) write(rec *AuditRecord) {
 }
 
 func (a *auditLog) sync() {
-	if err := a.w.Flush(); err != nil {
-		a.log.Error("audit flush failed", "err", err)
-	}
-	if err := a.f.Sync(); err != nil {
+	if err := a.f.Sync(); err != nil && !a.failing {
 		a.log.Error("audit sync failed", "err", err)
 	}
 }
@@ -192,23 +242,23 @@ func (a *auditLog) rotate() {
 		a.log.Error("audit rotation failed", "err", err)
 	}
 	if err := a.openCurrent(); err != nil {
-		// Nothing to write to: every later record fails and is counted.
+		// Nothing to write to: every later record fails and is counted
+		// (a read-only file refuses writes).
 		a.log.Error("audit file cannot be opened", "err", err)
 		a.f, _ = os.Open(os.DevNull)
-		a.w = bufio.NewWriter(failWriter{err})
+		a.size = 0
 	}
 }
-
-type failWriter struct{ err error }
-
-func (w failWriter) Write([]byte) (int, error) { return 0, w.err }
 
 // close writes what is queued and closes the file. Requests have ended.
 func (a *auditLog) close() {
 	if a == nil {
 		return
 	}
-	a.once.Do(func() { close(a.queue) })
+	a.once.Do(func() {
+		a.closed.Store(true)
+		close(a.stop)
+	})
 	<-a.done
 }
 
