@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,9 +44,40 @@ func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 		} else if !fromLoopback(r) {
 			writeError(w, errAdminRemote)
 			return
+		} else if err := browserGuard(r); err != nil {
+			writeError(w, err)
+			return
 		}
 		h(w, r)
 	}
+}
+
+var errCrossSite = errors.New("without an admin token the admin API answers loopback tools only, not a web page: the request came from another site, or named a Host that is not loopback (DNS rebinding); set node.admin_token_env to use it from a browser")
+
+// browserGuard keeps web pages off a token-less admin API that only
+// loopback reaches. A page on any site can make the browser send simple
+// POSTs to 127.0.0.1 (no preflight), and a name rebound to 127.0.0.1 lets
+// it read answers too. Browsers mark such requests (Origin, Sec-Fetch-Site)
+// and send the page's name as Host; command-line tools send neither mark
+// and a loopback Host.
+func browserGuard(r *http.Request) error {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return errCrossSite
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return errCrossSite
+		}
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(r.Host); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return errCrossSite
+	}
+	return nil
 }
 
 func fromLoopback(r *http.Request) bool {

@@ -46,7 +46,7 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, errUnauthorized), errors.Is(err, errAdminToken):
 		e.Type, e.Code = "invalid_request_error", "invalid_api_key"
 		return http.StatusUnauthorized, e
-	case errors.Is(err, errAdminRemote):
+	case errors.Is(err, errAdminRemote), errors.Is(err, errCrossSite):
 		e.Type, e.Code = "permission_error", "admin_token_required"
 		return http.StatusForbidden, e
 	case errors.Is(err, errLedgerUnavailable):

@@ -131,3 +131,47 @@ func TestEveryAdminEndpointNeedsTheToken(t *testing.T) {
 		t.Fatal("a refused drain drained the node")
 	}
 }
+
+// Without an admin token, the loopback-only admin API refuses what a web
+// page can make a browser send: cross-site requests (Origin,
+// Sec-Fetch-Site) and names rebound to 127.0.0.1 (Host). Tools on the
+// host, which send neither, are served.
+func TestTokenlessAdminRefusesBrowsers(t *testing.T) {
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, nil)
+	call := func(method, path string, hdr ...string) int {
+		req, _ := http.NewRequest(method, f.url+path, strings.NewReader(`{"key_sha256":"`+sha("x")+`","create":true}`))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			if hdr[i] == "Host" {
+				req.Host = hdr[i+1]
+			} else {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, hdr := range [][]string{
+		{"Origin", "https://evil.example"},
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Sec-Fetch-Site", "same-site"},
+		{"Host", "rebound.example:8080"},
+	} {
+		for _, e := range []struct{ method, path string }{{"POST", "/v1/mesh/drain"}, {"POST", "/v1/mesh/tenants/x/keys"}, {"GET", "/v1/mesh/status"}, {"GET", "/ui/"}} {
+			if code := call(e.method, e.path, hdr...); code != http.StatusForbidden {
+				t.Errorf("%s %s with %v: %d, want 403", e.method, e.path, hdr, code)
+			}
+		}
+	}
+	if f.node.Draining() {
+		t.Fatal("a cross-site request drained the node")
+	}
+	for _, hdr := range [][]string{nil, {"Sec-Fetch-Site", "same-origin"}, {"Sec-Fetch-Site", "none"}, {"Host", "localhost"}} {
+		if code := call("GET", "/v1/mesh/status", hdr...); code != 200 {
+			t.Errorf("a loopback tool with %v: %d", hdr, code)
+		}
+	}
+}

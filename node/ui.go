@@ -155,7 +155,7 @@ func uiSessionValid(r *http.Request, token string) bool {
 // uiAllowed reports whether r may read the dashboard.
 func (n *Node) uiAllowed(r *http.Request, token string) bool {
 	if token == "" {
-		return fromLoopback(r)
+		return fromLoopback(r) && browserGuard(r) == nil
 	}
 	return uiSessionValid(r, token)
 }
