@@ -73,7 +73,14 @@ func TestKeyLifecycle(t *testing.T) {
 	if e := apply("10", CmdRevokeKey, RevokeKey{Tenant: "acme", All: true}); e != "" {
 		t.Fatal(e)
 	}
-	if tn, _ := l.Tenant("acme"); len(tn.KeySHA256) != 0 || len(tn.Revoked) != 3 {
-		t.Fatalf("after revoking all: %+v", tn)
+	if tn, _ := l.Tenant("acme"); len(tn.KeySHA256) != 0 || len(tn.Revoked) != 3 || !tn.FileKeysRevoked {
+		t.Fatalf("after revoking all (the files' keys too): %+v", tn)
+	}
+	// Adding a key never changes where a tenant's data may go.
+	if e := apply("11", CmdAddKey, AddKey{Tenant: "acme", KeySHA256: keyHash("sk-d"), Create: &Tenant{Residency: "us"}}); !strings.Contains(e, "exists with residency") {
+		t.Fatalf("add with another residency: %q", e)
+	}
+	if e := apply("12", CmdAddKey, AddKey{Tenant: "acme", KeySHA256: keyHash("sk-d"), Create: &Tenant{}}); e != "" {
+		t.Fatal(e)
 	}
 }

@@ -53,6 +53,9 @@ type Tenant struct {
 	// Revoked are hashes of keys revoked: refused even where a node's
 	// configuration file still lists them. A revoked key never comes back.
 	Revoked []string `json:"revoked_sha256,omitempty"`
+	// FileKeysRevoked means every key configuration files list for the
+	// tenant is refused, known to the ledger or not (revoke all).
+	FileKeysRevoked bool `json:"file_keys_revoked,omitempty"`
 }
 
 // KeyID is how a key is named where the key itself must not be: the
@@ -303,6 +306,10 @@ func (l *Ledger) addKey(cmd Command) Result {
 		}
 	}
 	t := l.s.Tenants[c.Tenant]
+	if t != nil && c.Create != nil && ((c.Create.Residency != "" && c.Create.Residency != t.Residency) || (c.Create.StrictTransit && !t.StrictTransit)) {
+		return fail(fmt.Errorf("%w: tenant %s exists with residency %q and strict transit %v: a key added to it does not change them",
+			ErrInvalid, c.Tenant, t.Residency, t.StrictTransit))
+	}
 	if t == nil {
 		if c.Create == nil {
 			return fail(fmt.Errorf("%w: %q", ErrNoTenant, c.Tenant))
@@ -331,6 +338,7 @@ func (l *Ledger) revokeKey(cmd Command) Result {
 	var hashes []string
 	if c.All {
 		hashes = slices.Clone(t.KeySHA256)
+		t.FileKeysRevoked = true
 	}
 	for _, k := range c.Keys {
 		if validKeyHash(k) {

@@ -47,18 +47,29 @@ type keyEntry struct {
 func newTenantKeys(ts []tenant, ledger []consensus.Tenant) *tenantKeys {
 	k := &tenantKeys{byPrefix: map[uint64][]keyEntry{}, byName: map[string]*Tenant{}}
 	revoked := map[[sha256.Size]byte]bool{}
-	keys := map[string][][sha256.Size]byte{}
-	for _, t := range ts {
-		k.byName[t.name] = &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict}
-		keys[t.name] = append(keys[t.name], t.keys...)
-	}
+	fileRevoked := map[string]bool{}
 	for _, lt := range ledger {
 		for _, h := range lt.Revoked {
 			if sum, ok := decodeKeyHash(h); ok {
 				revoked[sum] = true
 			}
 		}
+		fileRevoked[lt.Name] = lt.FileKeysRevoked
+	}
+	// Tenants in a fixed order, the file's first: a key listed for two
+	// tenants belongs to the first, the same one at every refresh.
+	var order []string
+	keys := map[string][][sha256.Size]byte{}
+	for _, t := range ts {
+		k.byName[t.name] = &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict}
+		order = append(order, t.name)
+		if !fileRevoked[t.name] {
+			keys[t.name] = append(keys[t.name], t.keys...)
+		}
+	}
+	for _, lt := range ledger {
 		if k.byName[lt.Name] == nil {
+			order = append(order, lt.Name)
 			k.byName[lt.Name] = &Tenant{Name: lt.Name, Residency: region.Residency{Jurisdiction: region.Jurisdiction(lt.Residency)}, StrictTransit: lt.StrictTransit}
 		}
 		for _, h := range lt.KeySHA256 {
@@ -67,11 +78,13 @@ func newTenantKeys(ts []tenant, ledger []consensus.Tenant) *tenantKeys {
 			}
 		}
 	}
-	for name, sums := range keys {
-		for _, h := range sums {
-			if revoked[h] {
+	owner := map[[sha256.Size]byte]bool{}
+	for _, name := range order {
+		for _, h := range keys[name] {
+			if revoked[h] || owner[h] {
 				continue
 			}
+			owner[h] = true
 			p := binary.BigEndian.Uint64(h[:8])
 			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: k.byName[name]})
 		}
