@@ -35,8 +35,9 @@ func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if want := n.s.adminToken.Reveal(); want != "" {
 			got := bearer(r.Header.Get("Authorization"))
-			// The dashboard's session cookie reads; only the token steers.
-			read := r.Method == http.MethodGet || r.Method == http.MethodHead
+			// The dashboard's session cookie reads the mesh's state; only
+			// the token steers, or profiles.
+			read := (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, "/v1/mesh/")
 			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 && !(read && uiSessionValid(r, want)) {
 				writeError(w, errAdminToken)
 				return

@@ -29,8 +29,11 @@ const forwardChunk = 64 << 10
 
 // incomingTraceParent is the traceparent a forwarding node sent as gRPC
 // metadata, or "".
-func incomingTraceParent(ctx context.Context) string {
-	if v := metadata.ValueFromIncomingContext(ctx, "traceparent"); len(v) == 1 {
+func incomingTraceParent(ctx context.Context) string { return incomingMetadata(ctx, "traceparent") }
+
+// incomingMetadata is the one value of a gRPC metadata key, or "".
+func incomingMetadata(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) == 1 {
 		return v[0]
 	}
 	return ""
@@ -128,7 +131,8 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	}
 	req := &route.Request{
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
-		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId, TraceParent: traceparent,
+		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
+		TraceParent: traceparent, TraceState: traceState(traceparent, incomingMetadata(stream.Context(), "tracestate")),
 	}
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
@@ -324,15 +328,15 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	return f.hop(ctx, mem.Meta.RPC, t.Via, &pb.ForwardRequest{
 		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
 		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
-	}, req.Chat.Stream, req.TraceParent, routeNote, sink)
+	}, req.Chat.Stream, req.TraceParent, req.TraceState, routeNote, sink)
 }
 
 // hop calls peer's Mesh.Forward at addr with in and relays the answer to
 // sink: the head's headers (X-LLMesh-Route prefixed with routeNote), then
 // the data as it arrives. Before the head it gives up after the phase's
 // timeout plus hopSlack; after it, after the idle timeout plus hopSlack.
-// traceparent, if any, goes to the peer as gRPC metadata.
-func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRequest, stream bool, traceparent, routeNote string, sink route.ResponseSink) route.Forwarded {
+// traceparent and tracestate, if any, go to the peer as gRPC metadata.
+func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRequest, stream bool, traceparent, tracestate, routeNote string, sink route.ResponseSink) route.Forwarded {
 	n := f.n
 	cc, err := f.conn(addr)
 	if err != nil {
@@ -363,6 +367,9 @@ func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRe
 	}
 	if traceparent != "" {
 		cctx = metadata.AppendToOutgoingContext(cctx, "traceparent", traceparent)
+		if tracestate != "" {
+			cctx = metadata.AppendToOutgoingContext(cctx, "tracestate", tracestate)
+		}
 	}
 	st, err := pb.NewMeshClient(cc).Forward(cctx, in)
 	if err != nil {

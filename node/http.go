@@ -211,7 +211,8 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	if rt.catalog.Serves(chat.Model) {
 		model = chat.Model
 	}
-	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id, TraceParent: traceparent}
+	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id,
+		TraceParent: traceparent, TraceState: traceState(traceparent, r.Header.Get("Tracestate"))}
 	req.Residency, req.StrictTransit = n.policyOf(t)
 	if req.Session == "" {
 		req.Session = chat.User

@@ -79,6 +79,28 @@ func (tp traceParent) String() string {
 	return "00-" + hex.EncodeToString(tp.trace[:]) + "-" + hex.EncodeToString(tp.span[:]) + "-" + flags
 }
 
+// maxTraceState is the longest tracestate passed on (the spec's 32
+// members fit in 512 bytes); a longer one is dropped.
+const maxTraceState = 512
+
+// traceState returns the tracestate to pass on with traceparent: the
+// caller's, when there is a traceparent and it is of a sane size.
+func traceState(traceparent, header string) string {
+	if traceparent == "" || len(header) > maxTraceState || !printableOrSpace(header) {
+		return ""
+	}
+	return header
+}
+
+func printableOrSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // span is one request's span on this node: the server side of a client's
 // call, or of a peer's forward.
 type span struct {
@@ -146,6 +168,11 @@ func (t *tracer) begin(header string, start time.Time) (sp *span, out string) {
 			return nil, header
 		}
 		return nil, ""
+	}
+	if ok && !parent.sampled {
+		// The caller records nothing: neither does this node, and the
+		// caller's parent id travels on unchanged.
+		return nil, header
 	}
 	sp = &span{start: start}
 	if ok {

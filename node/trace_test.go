@@ -106,7 +106,7 @@ func TestTracingAcrossAForward(t *testing.T) {
 		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 		client  = "00f067aa0ba902b7"
 	)
-	resp := postAs(t, f.urls["us"], euKey, hello, "Traceparent", "00-"+traceID+"-"+client+"-01", "X-Request-Id", "traced-1")
+	resp := postAs(t, f.urls["us"], euKey, hello, "Traceparent", "00-"+traceID+"-"+client+"-01", "Tracestate", "vendor=opaque-1", "X-Request-Id", "traced-1")
 	if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Via") != "eu-1" {
 		t.Fatalf("%s via %q", resp.Status, resp.Header.Get("X-LLMesh-Via"))
 	}
@@ -129,14 +129,14 @@ func TestTracingAcrossAForward(t *testing.T) {
 		near.Attrs["llmesh.via"] != "eu-1" {
 		t.Fatalf("near %+v\nfar %+v", near, far)
 	}
-	var sent string
+	var sent, state string
 	for _, r := range f.emus["gpu-eu"].Received() {
 		if r.Path == "/v1/chat/completions" {
-			sent = r.Header.Get("Traceparent")
+			sent, state = r.Header.Get("Traceparent"), r.Header.Get("Tracestate")
 		}
 	}
-	if sent != "00-"+traceID+"-"+far.SpanID+"-01" {
-		t.Fatalf("the provider was sent traceparent %q; the far span is %s", sent, far.SpanID)
+	if sent != "00-"+traceID+"-"+far.SpanID+"-01" || state != "vendor=opaque-1" {
+		t.Fatalf("the provider was sent traceparent %q, tracestate %q; the far span is %s", sent, state, far.SpanID)
 	}
 	col.mu.Lock()
 	if len(col.auth) == 0 || col.auth[0] != "Bearer collector-secret" {

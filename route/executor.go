@@ -508,6 +508,9 @@ func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink Re
 	}
 	if req.TraceParent != "" {
 		hreq.Header["Traceparent"] = []string{req.TraceParent}
+		if req.TraceState != "" {
+			hreq.Header["Tracestate"] = []string{req.TraceState}
+		}
 	}
 	setAuth(hreq.Header, t.Offer.Provider)
 	resp, err := e.client.Do(hreq)

@@ -29,8 +29,9 @@ type Request struct {
 	// ID is the request id, carried across forwards.
 	ID string
 	// TraceParent is the W3C traceparent sent to the provider (and, by a
-	// node, to the peer it forwards through); "" sends none.
-	TraceParent string
+	// node, to the peer it forwards through); "" sends none. TraceState
+	// is the caller's tracestate, passed on with it.
+	TraceParent, TraceState string
 }
 
 // Target is one way to serve a request: a provider, one of its replicas,
