@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 // refused, the new one taken), revoke every key; the list shows key ids,
 // never keys, and the agent never logs a key.
 func TestTenantKeyLifecycle(t *testing.T) {
-	_, out, stderr := started(t, "agent", "-dev", "-http", "127.0.0.1:0")
+	agent, out, stderr := started(t, "agent", "-dev", "-http", "127.0.0.1:0")
 	base := waitLine(t, out, regexp.MustCompile(`ready on (http://127\.0\.0\.1:\d+)`))[1]
 	cli := func(args ...string) string {
 		t.Helper()
@@ -78,6 +79,13 @@ func TestTenantKeyLifecycle(t *testing.T) {
 	within("every key of acme to be refused", func() bool { return status(second) == 401 })
 	if list := cli("tenants", "list", "-json"); strings.Contains(list, second) || !strings.Contains(list, `"keys": []`) {
 		t.Fatalf("after revoking all:\n%s", list)
+	}
+	// The agent's log, read once it has exited (its writer runs until then).
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent: %v\n%s", err, stderr)
 	}
 	for _, k := range []string{first, second} {
 		if strings.Contains(stderr.String(), k) {
