@@ -3,6 +3,7 @@ package node_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -50,16 +51,34 @@ func TestMessageAndHeaderLimits(t *testing.T) {
 // served, and once its requests finish it is served again.
 func TestConcurrentRequestsPerTenant(t *testing.T) {
 	const other = "sk-test-other-tenant-0001"
-	f := startNode(t, []upstream{{name: "p", kind: "openai", emu: emulator.Config{Latency: 700 * time.Millisecond}}}, func(c *node.Config) {
+	release := make(chan struct{})
+	var held sync.WaitGroup
+	// A provider that holds t1's requests until the test lets them go,
+	// so that the bound is reached without depending on timing.
+	holding := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		held.Done()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"slow-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	})
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {
 		c.Limits.MaxConcurrentPerTenant = 2
 		c.Tenants = append(c.Tenants, node.TenantSection{Name: "t2", KeySHA256: []string{sha(other)}})
+		c.Providers = append(c.Providers, node.ProviderSection{Name: "holding", Kind: "openai", Region: "eu-west", BaseURL: holding,
+			Models: []node.ModelSection{{Name: "slow-model", InputUSDPerMTok: 1, OutputUSDPerMTok: 1}}})
 	})
+	slow := `{"model":"slow-model","messages":[{"role":"user","content":"wait"}]}`
 	var wg sync.WaitGroup
 	codes := make(chan int, 2)
+	held.Add(2)
 	for range 2 {
-		wg.Go(func() { codes <- f.post(hello).StatusCode })
+		wg.Go(func() { codes <- f.post(slow).StatusCode })
 	}
-	eventually(t, 5*time.Second, "two of t1's requests in flight", func() bool { return f.node.Status(t.Context()).InFlight == 2 })
+	held.Wait() // both are at the provider
 	resp := f.post(hello)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || errorCode(t, resp) != "rate_limited" {
 		t.Fatalf("t1's third request: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
@@ -67,6 +86,7 @@ func TestConcurrentRequestsPerTenant(t *testing.T) {
 	if resp := postAs(t, f.url, other, hello); resp.StatusCode != 200 {
 		t.Fatalf("t2 while t1 is at its bound: %s", resp.Status)
 	}
+	close(release)
 	wg.Wait()
 	close(codes)
 	for c := range codes {
