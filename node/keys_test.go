@@ -16,8 +16,15 @@ import (
 // adminPost posts a JSON body to a node's admin API and returns the status.
 func adminPost(t *testing.T, url, token string, body any) int {
 	t.Helper()
+	return adminCall(t, http.MethodPost, url, token, body)
+}
+
+// adminCall sends method to url with body as JSON and the admin token, if
+// any, and returns the status.
+func adminCall(t *testing.T, method, url, token string, body any) int {
+	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	req, _ := http.NewRequest(method, url, bytes.NewReader(b))
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -100,18 +107,7 @@ func TestEveryAdminEndpointNeedsTheToken(t *testing.T) {
 		{"POST", "/v1/route/explain", false},
 		{"POST", "/v1/mesh/drain", true}, {"POST", "/v1/mesh/leave", true},
 	}
-	call := func(method, path, token string) int {
-		req, _ := http.NewRequest(method, f.url+path, strings.NewReader(`{}`))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	call := func(method, path, token string) int { return adminCall(t, method, f.url+path, token, map[string]any{}) }
 	for _, e := range endpoints {
 		for _, token := range []string{"", "admin-secre", "admin-secret2", testKey} {
 			if token == testKey && e.path == "/v1/route/explain" {
