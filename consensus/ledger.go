@@ -283,12 +283,11 @@ func (l *Ledger) prune(now int64) {
 
 func fail(err error) Result { return Result{Err: err.Error()} }
 
-func validKeyHash(h string) bool {
-	if len(h) != 64 {
-		return false
-	}
-	for i := range len(h) {
-		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+func validKeyHash(h string) bool { return len(h) == 64 && lowerHex(h) }
+
+func lowerHex(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return false
 		}
 	}
@@ -345,7 +344,7 @@ func (l *Ledger) revokeKey(cmd Command) Result {
 			hashes = append(hashes, k)
 			continue
 		}
-		if len(k) < 8 || !validKeyHash(k+strings.Repeat("0", 64-min(len(k), 64))) {
+		if len(k) < 8 || len(k) > 64 || !lowerHex(k) {
 			return fail(fmt.Errorf("%w: %q is neither a key's SHA-256 nor a prefix of at least 8 hex digits", ErrInvalid, k))
 		}
 		var match []string

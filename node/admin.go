@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -209,9 +208,12 @@ func (n *Node) join(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Addrs []string `json:"addrs"`
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil || json.Unmarshal(body, &req) != nil || len(req.Addrs) == 0 {
-		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"addrs": ["host:port", ...]}`})
+	const shape = `{"addrs": ["host:port", ...]}`
+	if !readAdminJSON(w, r, &req, shape) {
+		return
+	}
+	if len(req.Addrs) == 0 {
+		writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
 		return
 	}
 	for i, a := range req.Addrs {

@@ -6,14 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,10 +93,7 @@ func openAudit(dir string, maxSize int64, log *slog.Logger, reg prometheus.Regis
 	for _, o := range []string{"written", "dropped", "failed"} {
 		a.records.WithLabelValues(o)
 	}
-	if err := repairTornLine(filepath.Join(dir, auditFile), log); err != nil {
-		return nil, fmt.Errorf("audit.dir: %w", err)
-	}
-	prev, err := lastHash(dir)
+	prev, err := chainTail(dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("audit.dir: %w", err)
 	}
@@ -124,22 +118,6 @@ func (a *auditLog) openCurrent() error {
 	}
 	a.f, a.size = f, st.Size()
 	return nil
-}
-
-// repairTornLine cuts a last line that a crash left without its newline:
-// it was never a whole record, and appending after it would glue the next
-// record to it.
-func repairTornLine(name string, log *slog.Logger) error {
-	b, err := os.ReadFile(name)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && (len(b) == 0 || b[len(b)-1] == '\n')) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	keep := bytes.LastIndexByte(b, '\n') + 1
-	log.Warn("audit: cut a torn last line a crash left", "file", name, "bytes", len(b)-keep)
-	return os.Truncate(name, int64(keep))
 }
 
 // record queues rec; it never blocks.
@@ -262,6 +240,66 @@ func (a *auditLog) close() {
 	<-a.done
 }
 
+// chainTail returns the hash of the trail's last whole line ("" for an
+// empty trail), for the next line to chain from. A last line a crash left
+// without its newline was never a whole record: it is cut, or the next
+// record would be glued to it. Only the files' tails are read.
+func chainTail(dir string, log *slog.Logger) (string, error) {
+	files, err := AuditFiles(dir)
+	if err != nil {
+		return "", err
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		line, end, size, err := lastLine(files[i])
+		if err != nil {
+			return "", err
+		}
+		if end < size {
+			log.Warn("audit: cut a torn last line a crash left", "file", files[i], "bytes", size-end)
+			if err := os.Truncate(files[i], end); err != nil {
+				return "", err
+			}
+		}
+		if line != nil {
+			sum := sha256.Sum256(line)
+			return hex.EncodeToString(sum[:]), nil
+		}
+	}
+	return "", nil
+}
+
+// lastLine returns a file's last whole line (without its newline), the
+// offset just past it, and the file's size: bytes from end to size are a
+// torn line. It reads back from the end only as far as it must.
+func lastLine(name string) (line []byte, end, size int64, err error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	size = st.Size()
+	var tail []byte // the file from off to size
+	for off, chunk := size, int64(64<<10); ; chunk *= 2 {
+		from := max(0, off-chunk)
+		part := make([]byte, off-from, int64(len(tail))+off-from)
+		if _, err := f.ReadAt(part, from); err != nil {
+			return nil, 0, 0, err
+		}
+		tail, off = append(part, tail...), from
+		if e := bytes.LastIndexByte(tail, '\n'); e >= 0 {
+			if start := bytes.LastIndexByte(tail[:e], '\n'); start >= 0 || off == 0 {
+				return tail[start+1 : e], off + int64(e) + 1, size, nil
+			}
+		} else if off == 0 {
+			return nil, 0, size, nil
+		}
+	}
+}
+
 // AuditFiles returns the audit directory's files, oldest first (the
 // rotated ones by name, then the current one).
 func AuditFiles(dir string) ([]string, error) {
@@ -275,26 +313,6 @@ func AuditFiles(dir string) ([]string, error) {
 		rotated = append(rotated, cur)
 	}
 	return rotated, nil
-}
-
-// lastHash is the hash of the trail's last line, "" for an empty trail.
-func lastHash(dir string) (string, error) {
-	files, err := AuditFiles(dir)
-	if err != nil {
-		return "", err
-	}
-	for i := len(files) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(files[i])
-		if err != nil {
-			return "", err
-		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if last := lines[len(lines)-1]; last != "" {
-			sum := sha256.Sum256([]byte(last))
-			return hex.EncodeToString(sum[:]), nil
-		}
-	}
-	return "", nil
 }
 
 // auditDecision records a finished request whose data had to stay in a

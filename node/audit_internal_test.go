@@ -131,3 +131,30 @@ func TestAuditTornLineAndLateRecord(t *testing.T) {
 	a.record(&AuditRecord{RequestID: "late"})
 	a.close()
 }
+
+// lastLine finds the last whole line from the file's end, through lines
+// longer than its first read, and where a torn line begins.
+func TestLastLine(t *testing.T) {
+	name := t.TempDir() + "/f"
+	long := strings.Repeat("y", 200<<10)
+	for _, tc := range []struct {
+		content, line string
+		torn          int
+	}{
+		{"", "", 0},
+		{"torn", "", 4},
+		{"a\n", "a", 0},
+		{"a\nb\n", "b", 0},
+		{"a\nb\ntorn", "b", 4},
+		{strings.Repeat("x\n", 50<<10) + long + "\n", long, 0},
+		{long + "\n" + long + "\n" + long[:10], long, 10},
+	} {
+		if err := os.WriteFile(name, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		line, end, size, err := lastLine(name)
+		if err != nil || string(line) != tc.line || size-end != int64(tc.torn) || size != int64(len(tc.content)) {
+			t.Errorf("%.20q: line %.20q, end %d, size %d, %v", tc.content, line, end, size, err)
+		}
+	}
+}

@@ -27,10 +27,6 @@ import (
 // in pieces, far below gRPC's 4 MiB message limit.
 const forwardChunk = 64 << 10
 
-// incomingTraceParent is the traceparent a forwarding node sent as gRPC
-// metadata, or "".
-func incomingTraceParent(ctx context.Context) string { return incomingMetadata(ctx, "traceparent") }
-
 // incomingMetadata is the one value of a gRPC metadata key, or "".
 func incomingMetadata(ctx context.Context, key string) string {
 	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) == 1 {
@@ -73,7 +69,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		streaming     bool
 		failure       error
 		// The forwarding node's span is this one's parent.
-		sp, traceparent = n.tracer.begin(incomingTraceParent(stream.Context()), start)
+		sp, traceparent = n.tracer.begin(incomingMetadata(stream.Context(), "traceparent"), start)
 		residency       region.Residency // once the tenant is known
 		strict          bool
 	)

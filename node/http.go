@@ -326,7 +326,7 @@ func sessionKey(s string) string {
 // token, else a new random one. It follows the request into the logs of
 // every node it passes.
 func requestID(r *http.Request) string {
-	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && printable(id) {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && asciiIn(id, '!', '~') {
 		return id
 	}
 	var b [12]byte
@@ -334,9 +334,10 @@ func requestID(r *http.Request) string {
 	return hex.EncodeToString(b[:])
 }
 
-func printable(s string) bool {
+// asciiIn reports whether every byte of s lies in [lo, hi].
+func asciiIn(s string, lo, hi byte) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
+		if s[i] < lo || s[i] > hi {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -151,6 +152,7 @@ const tenantRefresh = time.Second
 // ledger: what the admin API changes live reaches every node this way.
 func (l *ledger) refreshTenants(ctx context.Context) {
 	wait := time.Duration(0) // at once, then every tenantRefresh (faster until known)
+	var last []byte          // the tenants last read: unchanged, nothing is rebuilt
 	for {
 		select {
 		case <-ctx.Done():
@@ -168,13 +170,14 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		b, _, err := l.client.Read(rctx, "tenants", false)
 		cancel()
-		if err != nil {
+		if err != nil || bytes.Equal(b, last) {
 			continue
 		}
 		var ts []consensus.Tenant
 		if json.Unmarshal(b, &ts) != nil {
 			continue
 		}
+		last = b
 		// The file's budgeted tenants count whatever the ledger says (it
 		// may not have been seeded yet): the set fails closed.
 		m := maps.Clone(l.configBudgeted)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -86,19 +87,10 @@ const maxTraceState = 512
 // traceState returns the tracestate to pass on with traceparent: the
 // caller's, when there is a traceparent and it is of a sane size.
 func traceState(traceparent, header string) string {
-	if traceparent == "" || len(header) > maxTraceState || !printableOrSpace(header) {
+	if traceparent == "" || len(header) > maxTraceState || !asciiIn(header, ' ', '~') {
 		return ""
 	}
 	return header
-}
-
-func printableOrSpace(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // span is one request's span on this node: the server side of a client's
@@ -179,7 +171,7 @@ func (t *tracer) begin(header string, start time.Time) (sp *span, out string) {
 		sp.ctx.trace, sp.parent, sp.ctx.sampled = parent.trace, parent.span, parent.sampled
 	} else {
 		_, _ = rand.Read(sp.ctx.trace[:])
-		sp.ctx.sampled = t.cfg.ratio >= 1 || (t.cfg.ratio > 0 && randFloat() < t.cfg.ratio)
+		sp.ctx.sampled = t.cfg.ratio >= 1 || (t.cfg.ratio > 0 && mrand.Float64() < t.cfg.ratio)
 	}
 	_, _ = rand.Read(sp.ctx.span[:])
 	if !sp.ctx.sampled {
@@ -187,12 +179,6 @@ func (t *tracer) begin(header string, start time.Time) (sp *span, out string) {
 		return nil, sp.ctx.String()
 	}
 	return sp, sp.ctx.String()
-}
-
-func randFloat() float64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return float64(uint64(b[0])<<45|uint64(b[1])<<37|uint64(b[2])<<29|uint64(b[3])<<21|uint64(b[4])<<13|uint64(b[5])<<5|uint64(b[6])>>3) / (1 << 53)
 }
 
 // end finishes a request's span with what account knows of it.

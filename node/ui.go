@@ -51,13 +51,15 @@ func uiHeaders(w http.ResponseWriter, contentType string) {
 	h["Content-Security-Policy"] = []string{"default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
 }
 
+// uiTypes are the files /ui/ serves, with their content types.
+var uiTypes = map[string]string{
+	"": "text/html; charset=utf-8", "index.html": "text/html; charset=utf-8",
+	"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
+}
+
 func (n *Node) uiPage(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, "/ui/")
-	types := map[string]string{
-		"": "text/html; charset=utf-8", "index.html": "text/html; charset=utf-8",
-		"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
-	}
-	ct, ok := types[name]
+	ct, ok := uiTypes[name]
 	if !ok {
 		http.NotFound(w, r)
 		return

@@ -50,11 +50,11 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	now := time.Now()
-	from, err := parseWhen(*since, now, time.Time{})
+	from, err := parseWhen(*since, now)
 	if err != nil {
 		return fail("-since: %v", err)
 	}
-	to, err := parseWhen(*until, now, time.Time{})
+	to, err := parseWhen(*until, now)
 	if err != nil {
 		return fail("-until: %v", err)
 	}
@@ -105,10 +105,10 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseWhen reads an RFC 3339 time or a duration back from now; "" is
-// def.
-func parseWhen(s string, now, def time.Time) (time.Time, error) {
+// the zero time (no bound).
+func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
-		return def, nil
+		return time.Time{}, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil {
 		return now.Add(-d), nil
