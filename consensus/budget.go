@@ -51,9 +51,34 @@ type BudgetHolder struct {
 	// back, when it may ask again.
 	backoff map[string]time.Time
 	synced  bool // a sync has succeeded
-	closing bool // giving the escrow back: reserve no more
-	crashed bool // stopping as a crash would: no last sync
-	kick    chan struct{}
+	// prefetched means a sync succeeded knowing the budgeted tenants:
+	// each has been asked escrow before its first request.
+	prefetched bool
+	closing    bool // giving the escrow back: reserve no more
+	crashed    bool // stopping as a crash would: no last sync
+	kick       chan struct{}
+
+	// waiting is the admission queue: requests the escrow could not
+	// cover yet, by priority then arrival. waitSeq numbers arrivals.
+	waiting  []*waiter
+	waitSeq  uint64
+	maxQueue int
+	// recalls reads which tenants some node is short of escrow for (a
+	// stale read of the ledger); nil: never polled.
+	recalls    func(context.Context) ([]string, error)
+	lastPoll   time.Time
+	shortRetry bool // a waiter went unserved by the last sync: retry soon
+}
+
+// waiter is one request in the admission queue.
+type waiter struct {
+	tenant string
+	upper  Nanos
+	prio   int
+	seq    uint64
+	done   chan struct{} // closed once hold or err is set
+	hold   *escrowHold
+	err    error
 }
 
 var _ route.BudgetGate = (*BudgetHolder)(nil)
@@ -66,17 +91,23 @@ type localLease struct {
 	reported       Nanos // spent as the leader last acknowledged
 	inflight       Nanos // reserved by attempts under way
 	expires        time.Time
-	remaining      Nanos     // the books' unleased budget at the last sync
-	headroom       Nanos     // the books' limit less settled, at the last sync
-	lastUse        time.Time // the last reservation on this lease, or its grant
-	largest        Nanos     // largest reservation seen, to size top-ups
-	peak           Nanos     // most reserved at once since the last sync
-	rate           float64   // spend per second, a moving average
-	rateAt         time.Time
-	rateSpent      Nanos
+	remaining      Nanos // the books' unleased budget at the last sync
+	headroom       Nanos // what the books could still let this node spend, at the last sync
+	// exactUntil: until then the node reserves exactly, request by
+	// request, and gives back escrow it is not using (another node was
+	// short of it).
+	exactUntil time.Time
+	lastUse    time.Time // the last reservation on this lease, or its grant
+	largest    Nanos     // largest reservation seen, to size top-ups
+	peak       Nanos     // most reserved at once since the last sync
+	rate       float64   // spend per second, a moving average
+	rateAt     time.Time
+	rateSpent  Nanos
 }
 
 func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }
+
+func (l *localLease) exact(now time.Time) bool { return now.Before(l.exactUntil) }
 
 // NewBudgetHolder returns a holder for node; apply sends a command to
 // the leader. Its first sync asks the ledger for a new epoch, which
@@ -89,7 +120,31 @@ func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, 
 		node: node, boot: time.Now().UnixNano(), apply: apply, budgeted: budgeted,
 		ttl: 30 * time.Second, interval: 500 * time.Millisecond, now: time.Now, jitter: rand.N[time.Duration],
 		leases: map[string]*localLease{}, need: map[string]Nanos{}, parked: map[string]bool{}, backoff: map[string]time.Time{}, kick: make(chan struct{}, 1),
+		maxQueue: DefaultAdmissionQueue,
 	}
+}
+
+// DefaultAdmissionQueue bounds the requests a node holds waiting for
+// escrow.
+const DefaultAdmissionQueue = 1024
+
+// SetAdmission bounds the admission queue (requests waiting for escrow);
+// n ≤ 0 keeps the default. Call it before Run.
+func (h *BudgetHolder) SetAdmission(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n > 0 {
+		h.maxQueue = n
+	}
+}
+
+// SetRecalls gives the holder a way to learn, while it holds escrow it
+// is not using, that another node is short of it: a stale read of the
+// ledger's recalls. Call it before Run.
+func (h *BudgetHolder) SetRecalls(f func(context.Context) ([]string, error)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recalls = f
 }
 
 // noHold settles nothing: the tenant has no budget.
@@ -103,50 +158,198 @@ type escrowHold struct {
 	upper Nanos
 }
 
-// Settle replaces the reservation by the actual cost.
+// Settle replaces the reservation by the actual cost. What it frees may
+// serve a waiting request; a lease in exact mode gives it back at once.
 func (e *escrowHold) Settle(usd float64) {
-	e.h.mu.Lock()
+	h := e.h
+	h.mu.Lock()
 	e.l.inflight -= e.upper
 	e.l.spent += RoundNanos(usd)
-	e.h.mu.Unlock()
+	if e.l.exact(h.now()) {
+		h.kickLocked() // report the spend and give back what is free
+	}
+	h.serveLocked(h.now())
+	h.mu.Unlock()
 }
 
-// Reserve implements route.BudgetGate. A tenant without a budget is not
-// held. Otherwise the reservation comes out of the local escrow; if that
-// falls short the escrow is topped up in the background and the request
-// is refused at once: with ErrBudgetExceeded when even the unleased
-// budget could not cover it, else with a retry-after while the top-up
-// lands.
-func (h *BudgetHolder) Reserve(tenant string, usd float64, now time.Time) (route.BudgetHold, error) {
+// TryReserve is Reserve without waiting: it fails at once, with a
+// *route.RetryAfterError, where Reserve would queue (the top-up it asks
+// for is under way). A simulator in virtual time uses it.
+func (h *BudgetHolder) TryReserve(tenant string, usd float64, now time.Time) (route.BudgetHold, error) {
 	if b := h.budgeted(); b != nil && !b[tenant] {
 		return noHold{}, nil
 	}
 	upper := CeilNanos(usd)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	hold, err := h.tryLocked(tenant, upper, now)
+	if hold != nil || err != nil {
+		return orNil(hold), err
+	}
+	h.need[tenant] = max(h.need[tenant], upper)
+	h.kickLocked()
+	return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
+}
+
+// orNil keeps a nil *escrowHold from becoming a non-nil interface.
+func orNil(h *escrowHold) route.BudgetHold {
+	if h == nil {
+		return nil
+	}
+	return h
+}
+
+// Reserve implements route.BudgetGate. A tenant without a budget is not
+// held. Otherwise the reservation comes out of the local escrow; when
+// that falls short, the request waits in this node's admission queue
+// (FIFO within a priority, lower first) for the top-up its shortfall
+// asks for, until ctx is done. It fails with ErrBudgetExceeded once what
+// the tenant could still spend cannot cover usd, and with a
+// *route.RetryAfterError only when the wait ran out at until (or the
+// queue is full): lease mechanics are not the client's problem. A zero
+// until does not wait.
+func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, prio int, until, now time.Time) (route.BudgetHold, error) {
+	if b := h.budgeted(); b != nil && !b[tenant] {
+		return noHold{}, nil
+	}
+	upper := CeilNanos(usd)
+	h.mu.Lock()
+	if !h.queuedAheadLocked(tenant, prio) {
+		hold, err := h.tryLocked(tenant, upper, now)
+		if hold != nil || err != nil {
+			h.mu.Unlock()
+			return orNil(hold), err
+		}
+	}
 	if h.closing {
+		h.mu.Unlock()
 		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
 	}
+	if !until.After(now) {
+		h.mu.Unlock()
+		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
+	}
+	if len(h.waiting) >= h.maxQueue {
+		h.mu.Unlock()
+		return nil, &route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("%d requests are waiting for budget escrow on this node, its most", h.maxQueue)}
+	}
+	h.waitSeq++
+	w := &waiter{tenant: tenant, upper: upper, prio: prio, seq: h.waitSeq, done: make(chan struct{})}
+	i, _ := slices.BinarySearchFunc(h.waiting, w, func(a, b *waiter) int {
+		if a.prio != b.prio {
+			return a.prio - b.prio
+		}
+		return int(a.seq - b.seq)
+	})
+	h.waiting = slices.Insert(h.waiting, i, w)
+	h.need[tenant] += upper
+	h.kickLocked()
+	h.mu.Unlock()
+
+	timer := time.NewTimer(until.Sub(now))
+	defer timer.Stop()
+	select {
+	case <-w.done:
+		return orNil(w.hold), w.err
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-w.done: // served as the wait ran out
+		return orNil(w.hold), w.err
+	default:
+	}
+	h.dropWaiterLocked(w)
+	return nil, &route.RetryAfterError{After: time.Second,
+		Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
+}
+
+// queuedAheadLocked reports whether a request of tenant waits at a
+// priority as high as prio: a newcomer queues behind it.
+func (h *BudgetHolder) queuedAheadLocked(tenant string, prio int) bool {
+	for _, w := range h.waiting {
+		if w.prio > prio {
+			return false
+		}
+		if w.tenant == tenant {
+			return true
+		}
+	}
+	return false
+}
+
+// tryLocked reserves upper from tenant's escrow: a hold, or
+// ErrBudgetExceeded when the books could not let this node spend upper,
+// or neither (wait for a top-up).
+func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*escrowHold, error) {
 	l := h.leases[tenant]
-	if l != nil && now.Before(l.expires) && l.free() >= upper {
+	if l != nil && !h.closing && now.Before(l.expires) && l.free() >= upper {
 		l.inflight += upper
 		l.largest = max(l.largest, upper)
 		l.peak = max(l.peak, l.inflight)
 		l.lastUse = now
 		return &escrowHold{h: h, l: l, upper: upper}, nil
 	}
-	h.need[tenant] = max(h.need[tenant], upper)
-	h.kickLocked()
-	if l != nil && h.synced && l.free()+l.remaining < upper {
-		if l.headroom < upper {
-			return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
-				route.ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
-		}
-		// The rest of the budget is other nodes' escrow: in use, or idle
-		// and about to come back.
-		return nil, &route.RetryAfterError{After: time.Second, Msg: "the rest of the tenant's budget is held as escrow by other nodes; retry"}
+	if l != nil && h.synced && l.headroom < upper && l.free() < upper {
+		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
+			route.ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
 	}
-	return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
+	return nil, nil
+}
+
+// serveLocked serves waiting requests the escrow now covers, or refuses
+// those the budget never will, in queue order; within a tenant a request
+// that must still wait holds back those behind it.
+func (h *BudgetHolder) serveLocked(now time.Time) {
+	if len(h.waiting) == 0 {
+		return
+	}
+	var blocked map[string]bool
+	kept := h.waiting[:0]
+	for _, w := range h.waiting {
+		if blocked[w.tenant] {
+			kept = append(kept, w)
+			continue
+		}
+		hold, err := h.tryLocked(w.tenant, w.upper, now)
+		if hold == nil && err == nil {
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[w.tenant] = true
+			kept = append(kept, w)
+			continue
+		}
+		w.hold, w.err = hold, err
+		h.need[w.tenant] -= w.upper
+		close(w.done)
+	}
+	clear(h.waiting[len(kept):])
+	h.waiting = kept
+	for t, n := range h.need {
+		if n <= 0 {
+			delete(h.need, t)
+		}
+	}
+}
+
+// dropWaiterLocked takes a request that gave up out of the queue.
+func (h *BudgetHolder) dropWaiterLocked(w *waiter) {
+	if i := slices.Index(h.waiting, w); i >= 0 {
+		h.waiting = slices.Delete(h.waiting, i, i+1)
+		if h.need[w.tenant] -= w.upper; h.need[w.tenant] <= 0 {
+			delete(h.need, w.tenant)
+		}
+	}
+}
+
+// Waiting returns how many requests wait for escrow on this node.
+func (h *BudgetHolder) Waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.waiting)
 }
 
 func (h *BudgetHolder) kickLocked() {
@@ -156,25 +359,32 @@ func (h *BudgetHolder) kickLocked() {
 	}
 }
 
-// Ready reports whether the holder has synced with the ledger once.
+// Ready reports whether the holder has synced with the ledger once
+// knowing which tenants have a budget: each of them has been asked
+// escrow, so a first request need not wait for it.
 func (h *BudgetHolder) Ready() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.synced
+	return h.synced && h.prefetched
 }
 
 // Run syncs with the ledger until ctx ends, then reports what was spent
 // and gives the escrow back (bounded by a few seconds), unless Crash was
-// called.
+// called. It syncs every interval, at once when a request finds the
+// escrow short, and again after shortRetry while requests it could not
+// serve still wait.
 func (h *BudgetHolder) Run(ctx context.Context) {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			h.mu.Lock()
 			h.closing = true
 			crashed := h.crashed
+			h.failWaitersLocked()
 			h.mu.Unlock()
 			if !crashed {
 				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -183,13 +393,75 @@ func (h *BudgetHolder) Run(ctx context.Context) {
 			}
 			return
 		case <-t.C:
+			h.pollRecalls(ctx)
 		case <-h.kick:
+		case <-retry.C:
 		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_ = h.sync(sctx, false)
 		cancel()
+		h.mu.Lock()
+		again := h.shortRetry && len(h.waiting) > 0
+		h.mu.Unlock()
+		if again {
+			retry.Reset(shortRetry)
+		}
 	}
 }
+
+// shortRetry is how soon a node asks again for escrow that waiting
+// requests need and the books could not grant: others are giving theirs
+// back meanwhile.
+const shortRetry = 100 * time.Millisecond
+
+// failWaitersLocked answers every waiting request: the node stops.
+func (h *BudgetHolder) failWaitersLocked() {
+	for _, w := range h.waiting {
+		w.err = &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
+		close(w.done)
+	}
+	h.waiting = nil
+	clear(h.need)
+}
+
+// pollRecalls asks the ledger, while this node holds escrow it has not
+// used for an interval, whether another node is short of it; a recalled
+// tenant's idle escrow goes back at the next sync. Busy leases learn of
+// recalls from their own syncs.
+func (h *BudgetHolder) pollRecalls(ctx context.Context) {
+	now := h.now()
+	h.mu.Lock()
+	poll := h.recalls != nil && h.synced && now.Sub(h.lastPoll) >= h.interval
+	idle := false
+	for _, l := range h.leases {
+		if l.free() > 0 && l.inflight == 0 && !l.exact(now) && now.Sub(l.lastUse) >= h.interval {
+			idle = true
+		}
+	}
+	f := h.recalls
+	h.mu.Unlock()
+	if !poll || !idle {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	tenants, err := f(rctx)
+	cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lastPoll = now
+	if err != nil {
+		return
+	}
+	for _, t := range tenants {
+		if l := h.leases[t]; l != nil && l.free() > 0 {
+			l.exactUntil = now.Add(exactFor)
+		}
+	}
+}
+
+// exactFor is how long a node reserves exactly after it learned that
+// another was short of the tenant's escrow.
+const exactFor = 5 * time.Second
 
 // Drive hands the holder to a simulator: its clock is now, its random
 // choices come from seed (the same seed, the same run), and instead of
@@ -267,8 +539,18 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		// A lease is given back only once nothing is reserved on it: a
 		// reservation under way settles into it and must be reported.
 		done := retiring && l.inflight == 0
-		if l.spent != l.reported || done {
-			c.Usage = append(c.Usage, UsageItem{Tenant: l.tenant, Period: l.period, Spent: l.spent, Release: done})
+		var cp *Nanos
+		if !retiring && h.givesBackLocked(l, now) {
+			// Exact mode: keep what is reserved, give the rest back (the
+			// wants below ask for exactly what waiting requests need).
+			// Nothing more is reserved from what is given back: the
+			// lease here shrinks now.
+			keep := l.spent + l.inflight
+			l.granted = keep
+			cp = &keep
+		}
+		if l.spent != l.reported || done || cp != nil {
+			c.Usage = append(c.Usage, UsageItem{Tenant: l.tenant, Period: l.period, Spent: l.spent, Release: done, Cap: cp})
 			quiet = false
 		}
 		if !retiring && l.expires.Sub(now) < h.ttl/2 {
@@ -287,7 +569,11 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		}
 		for _, tenant := range sortedKeys(wanted) {
 			if w := h.wantLocked(tenant, now); w > 0 {
-				c.Want = append(c.Want, WantItem{Tenant: tenant, Amount: w})
+				var free Nanos
+				if l := h.leases[tenant]; l != nil && now.Before(l.expires) {
+					free = max(l.free(), 0)
+				}
+				c.Want = append(c.Want, WantItem{Tenant: tenant, Amount: w, Need: max(h.headLocked(tenant)-free, 0)})
 				quiet = false
 			}
 		}
@@ -298,6 +584,7 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	}
 	h.seq++
 	c.Seq, c.Epoch, c.Boot = h.seq, h.epoch, h.boot
+	knewBudgeted := h.budgeted() != nil
 	h.mu.Unlock()
 
 	cmd, err := newCommand(h.node+"/"+strconv.FormatInt(h.boot, 36)+"/"+strconv.FormatUint(c.Seq, 10), CmdSync, c)
@@ -329,7 +616,27 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	h.epoch = r.Sync.Epoch
 	h.absorb(r.Sync, now, c)
 	h.synced = true
+	h.prefetched = h.prefetched || knewBudgeted
+	h.shortRetry = len(r.Sync.Exhausted) > 0
+	h.serveLocked(h.now())
 	return nil
+}
+
+// givesBackLocked reports whether l holds escrow that exact mode gives
+// back at the next sync: all it holds free.
+func (h *BudgetHolder) givesBackLocked(l *localLease, now time.Time) bool {
+	return l.exact(now) && l.free() > 0
+}
+
+// headLocked is what the first waiting request of tenant needs: the
+// least a top-up must bring for any of them to go (0 when none waits).
+func (h *BudgetHolder) headLocked(tenant string) Nanos {
+	for _, w := range h.waiting {
+		if w.tenant == tenant {
+			return w.upper
+		}
+	}
+	return 0
 }
 
 // quietLocked reports, without allocating, whether a sync would have
@@ -341,7 +648,7 @@ func (h *BudgetHolder) quietLocked(now time.Time) bool {
 		return false
 	}
 	for _, l := range h.leases {
-		if l.spent != l.reported || l.expires.Sub(now) < h.ttl/2 {
+		if l.spent != l.reported || l.expires.Sub(now) < h.ttl/2 || h.givesBackLocked(l, now) {
 			return false
 		}
 	}
@@ -370,8 +677,9 @@ func (h *BudgetHolder) isRetired(l *localLease) bool { return h.leases[l.tenant]
 
 // escrowHorizon is how long a node's escrow should last at its recent
 // rate of spending without a top-up: long enough to ride out a Raft
-// election.
-const escrowHorizon = 15 * time.Second
+// election, short enough that a node that crashes takes little with it
+// (its escrow is written off as spent).
+const escrowHorizon = 3 * time.Second
 
 // wantLocked is the escrow to ask for tenant: room for twice the most the
 // node has had reserved at once, plus escrowHorizon of spending at the
@@ -389,6 +697,11 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	}
 	if !now.Before(l.expires) {
 		return max(need, minEscrow) // re-granted escrow on renewal
+	}
+	if l.exact(now) {
+		// Near the limit: exactly what waiting requests need (what the
+		// lease held free goes back in the same sync).
+		return max(need-max(l.free(), 0), 0)
 	}
 	target := max(need*2, 2*l.peak+Nanos(l.rate*escrowHorizon.Seconds()), 4*l.largest, minEscrow)
 	free := l.free()
@@ -421,8 +734,8 @@ func (h *BudgetHolder) parkIdleLocked(now time.Time) {
 	// order, so that a simulator's seeded run repeats.
 	var idle []string
 	for tenant, l := range h.leases {
-		if l.remaining > 0 || l.inflight > 0 || l.spent != l.reported || l.free() <= 0 {
-			continue
+		if l.remaining > 0 || l.inflight > 0 || l.spent != l.reported || l.free() <= 0 || l.exact(now) {
+			continue // (exact mode gives escrow back itself)
 		}
 		idle = append(idle, tenant)
 	}
@@ -470,6 +783,13 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 			delete(h.need, w.Tenant)
 		}
 	}
+	// What waiting requests need stays asked for until they are served.
+	for _, w := range h.waiting {
+		h.need[w.tenant] = 0
+	}
+	for _, w := range h.waiting {
+		h.need[w.tenant] += w.upper
+	}
 	live := map[*localLease]bool{}
 	for _, lv := range r.Leases {
 		l := h.find(lv.Tenant, lv.Period)
@@ -489,6 +809,9 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 			delete(h.parked, lv.Tenant)
 		}
 		l.granted, l.reported, l.remaining, l.headroom = lv.Granted, max(l.reported, lv.Spent), lv.Remaining, lv.Headroom
+		if lv.Recall {
+			l.exactUntil = now.Add(exactFor)
+		}
 		// The leader gave the lease ExpiresIn from when it applied the
 		// sync, which is after now; spending stops a fifth of a lease
 		// earlier still, clear of any drift between the two clocks.

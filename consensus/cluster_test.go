@@ -233,7 +233,7 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64, crashes bool) {
 		traffic.Go(func() {
 			for ctx.Err() == nil {
 				upper := float64(1+rr.IntN(20_000)) / 1e6 // up to 2 cents
-				hold, err := slots[n].h.Load().Reserve("acme", upper, time.Now())
+				hold, err := slots[n].h.Load().Reserve(ctx, "acme", upper, n%2, time.Now().Add(20*time.Millisecond), time.Now())
 				if err == nil {
 					actual := upper * rr.Float64()
 					charged.Add(int64(RoundNanos(actual)))
@@ -358,13 +358,13 @@ func TestIdleEscrowFlowsToTheNodeThatNeedsIt(t *testing.T) {
 	loops.Go(func() { b.Run(ctx) })
 	eventually(t, 10*time.Second, "b to sync", func() bool { return b.Ready() })
 	const upper = 0.00002
-	if _, err := b.Reserve("tiny", upper, time.Now()); err == nil || errors.Is(err, route.ErrBudgetExceeded) {
+	if _, err := b.TryReserve("tiny", upper, time.Now()); err == nil || errors.Is(err, route.ErrBudgetExceeded) {
 		t.Fatalf("b reserved with a's escrow out, or was told the budget is spent: %v", err)
 	}
 	skewA.Store(int64(2 * parkAfter)) // a has been idle long enough
 	var hold route.BudgetHold
 	eventually(t, 10*time.Second, "b to get escrow a gave back", func() bool {
-		h, err := b.Reserve("tiny", upper, time.Now())
+		h, err := b.TryReserve("tiny", upper, time.Now())
 		if errors.Is(err, route.ErrBudgetExceeded) {
 			t.Fatalf("b was told the budget is spent: %v", err)
 		}
@@ -402,7 +402,7 @@ func TestParkedLeaseLostReleaseSettlesOnce(t *testing.T) {
 		}
 	}
 	sync()
-	hold, err := h.Reserve("tiny", 0.00003, h.now())
+	hold, err := h.TryReserve("tiny", 0.00003, h.now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,13 +413,13 @@ func TestParkedLeaseLostReleaseSettlesOnce(t *testing.T) {
 	if err := h.sync(ctx, false); err == nil { // parks; the release is lost
 		t.Fatal("the dropped sync succeeded")
 	}
-	if _, err := h.Reserve("tiny", 0.00002, h.now()); err == nil {
+	if _, err := h.TryReserve("tiny", 0.00002, h.now()); err == nil {
 		t.Fatal("reserved from a parked lease")
 	}
 	for range 4 {
 		sync()
 	}
-	hold, err = h.Reserve("tiny", 0.00002, h.now())
+	hold, err = h.TryReserve("tiny", 0.00002, h.now())
 	if err != nil {
 		t.Fatalf("no new escrow after the release: %v", err)
 	}

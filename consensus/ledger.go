@@ -107,6 +107,10 @@ type Books struct {
 	Forfeited Nanos             `json:"forfeited"` // escrow written off as spent
 	Overspend Nanos             `json:"overspend"` // spend reported beyond escrow
 	Leases    map[string]*Lease `json:"leases"`    // by node
+	// ShortAt is when a node last asked for escrow the books could not
+	// grant (Unix ns): someone is waiting, and nodes holding idle escrow
+	// are asked to give it back (LeaseView.Recall).
+	ShortAt int64 `json:"short_at,omitempty"`
 
 	// reserved is the sum of the leases' Reserved, kept as they change
 	// (setLease, dropLease) so that a sync need not add up every node's
@@ -143,6 +147,24 @@ func (b *Books) dropLease(node string) {
 		b.reserved -= le.Reserved()
 		delete(b.Leases, node)
 	}
+}
+
+// headroom is what node could still spend of the period were every
+// other live node to give its escrow back: the limit, less what was
+// settled, less what other nodes hold in leases that expired.
+func (b *Books) headroom(node string, now int64) Nanos {
+	h := b.Limit - b.Settled
+	for name, le := range b.Leases {
+		if name != node && le.Expires < now {
+			h -= le.Reserved()
+		}
+	}
+	return max(h, 0)
+}
+
+// recalling reports whether a node was short of escrow lately.
+func (b *Books) recalling(now int64) bool {
+	return b.ShortAt != 0 && now-b.ShortAt < RecallWindow
 }
 
 func (b *Books) sumReserved() Nanos {
@@ -541,12 +563,20 @@ type UsageItem struct {
 	Period  string `json:"period"`
 	Spent   Nanos  `json:"spent"`
 	Release bool   `json:"release,omitempty"` // the node is done with the lease
+	// Cap, when set, gives escrow back: the lease keeps at most this much
+	// granted over its life (never less than it spent). It is absolute,
+	// so a report applied twice gives back nothing more.
+	Cap *Nanos `json:"cap,omitempty"`
 }
 
 // WantItem asks for more escrow for a tenant's current period.
 type WantItem struct {
 	Tenant string `json:"tenant"`
 	Amount Nanos  `json:"amount"`
+	// Need is the part of Amount that requests waiting at the node lack
+	// (the rest is ahead of demand). Books that cannot grant it recall
+	// idle escrow from the other nodes.
+	Need Nanos `json:"need,omitempty"`
 }
 
 // SyncResult is every lease the node holds after the sync.
@@ -576,11 +606,21 @@ type LeaseView struct {
 	ExpiresIn int64 `json:"expires_in"`
 	// Remaining is what the tenant's books could still grant.
 	Remaining Nanos `json:"remaining"`
-	// Headroom is the limit less what was settled: what could still be
-	// spent in the period if every node gave its escrow back. A request
-	// costing more can never be served this period.
+	// Headroom is the limit less what was settled and less the escrow of
+	// other nodes' expired leases (nodes gone quiet, whose escrow stays
+	// reserved until they report or it is written off): what could still
+	// be spent in the period if every live node gave its escrow back. A
+	// request costing more cannot be served.
 	Headroom Nanos `json:"headroom"`
+	// Recall means some node asked for escrow the books could not grant
+	// within the last RecallWindow: this node should give back escrow it
+	// is not using and reserve exactly, request by request, for a while.
+	Recall bool `json:"recall,omitempty"`
 }
+
+// RecallWindow is how long after a node was short of escrow the other
+// nodes are asked to give back what they are not using.
+const RecallWindow = int64(3 * time.Second)
 
 func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 	seq := l.s.Nodes[c.Node]
@@ -629,6 +669,9 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			b.change(le, func(le *Lease) { le.Spent = u.Spent })
 			b.Settled += d
 		}
+		if u.Cap != nil && *u.Cap < le.Granted {
+			b.change(le, func(le *Lease) { le.Granted = max(*u.Cap, le.Spent) })
+		}
 		if u.Release {
 			b.dropLease(c.Node)
 		}
@@ -646,6 +689,13 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			b.Leases[c.Node] = le
 		}
 		grant := min(w.Amount, b.Limit-b.Settled-b.Reserved())
+		if need := min(w.Need, w.Amount); grant < need {
+			// What a waiting request needs is granted whole or not at
+			// all: a part would only strand escrow where it cannot be
+			// spent. Nodes holding idle escrow are asked to give it back.
+			grant = 0
+			b.ShortAt = now
+		}
 		if grant < w.Amount {
 			exhausted = append(exhausted, w.Tenant)
 		}
@@ -702,7 +752,7 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 			r.Leases = append(r.Leases, LeaseView{
 				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
 				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
-				Headroom: max(b.Limit-b.Settled, 0),
+				Headroom: b.headroom(node, now), Recall: b.recalling(now),
 			})
 		}
 	}
@@ -802,6 +852,19 @@ func (l *Ledger) Books() []BookView {
 			}
 		}
 		out = append(out, v)
+	}
+	return out
+}
+
+// Recalls returns the tenants whose books a node was short of escrow on
+// lately (as of the last command applied), sorted: nodes holding escrow
+// of theirs they are not using give it back.
+func (l *Ledger) Recalls() []string {
+	out := []string{}
+	for _, k := range sortedKeys(l.s.Books) {
+		if b := l.s.Books[k]; b.recalling(l.s.Time) && !slices.Contains(out, b.Tenant) {
+			out = append(out, b.Tenant)
+		}
 	}
 	return out
 }

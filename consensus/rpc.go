@@ -198,8 +198,8 @@ func (c *Client) rates(ctx context.Context, node string, demands []Demand, hops 
 	return out, time.Duration(reply.GetLeaseMs()) * time.Millisecond, time.Duration(reply.GetRefreshMs()) * time.Millisecond, nil
 }
 
-// Read returns a JSON view of the ledger: "books", "tenants", "rates" or
-// "peers". Linearizable reads are served by the leader after a barrier;
+// Read returns a JSON view of the ledger: "books", "tenants", "rates",
+// "recalls" or "peers". Linearizable reads are served by the leader after a barrier;
 // stale ones by this node's replica, or any voter's for a non-voter. It
 // reports which it was.
 func (c *Client) Read(ctx context.Context, what string, linearizable bool) ([]byte, bool, error) {
@@ -240,6 +240,8 @@ func (s *Server) view(what string, linearizable bool) ([]byte, error) {
 		err = read(func(l *Ledger) { v = l.Tenants() })
 	case "rates":
 		err = read(func(l *Ledger) { v = l.Rates() })
+	case "recalls":
+		err = read(func(l *Ledger) { v = l.Recalls() })
 	case "peers":
 		v, err = s.Peers()
 	default:

@@ -126,6 +126,9 @@ type TenantSection struct {
 	// residency's jurisdiction too, not only its providers.
 	StrictTransit bool           `yaml:"strict_transit"`
 	Budget        *BudgetSection `yaml:"budget"`
+	// Priority orders the tenant's requests waiting for admission:
+	// interactive (the default) ahead of batch.
+	Priority string `yaml:"priority"`
 }
 
 // GroupSection is a model name standing for several models: the planner
@@ -167,6 +170,14 @@ type LimitsSection struct {
 	// MaxStreamDuration bounds one stream from its request to its end;
 	// default 1h.
 	MaxStreamDuration Duration `yaml:"max_stream_duration"`
+	// AdmissionWait is the longest a request waits for budget escrow or
+	// a rate share this node does not hold yet (a top-up in flight, a
+	// share being renewed) before it is answered 429; default 2s. The
+	// client's own deadline bounds it too.
+	AdmissionWait Duration `yaml:"admission_wait"`
+	// AdmissionQueue bounds the requests waiting so on this node at once;
+	// default 1024.
+	AdmissionQueue int `yaml:"admission_queue"`
 }
 
 // TimeoutsSection sets each phase's timeout separately.

@@ -129,6 +129,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
 		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
 		TraceParent: traceparent, TraceState: traceState(traceparent, incomingMetadata(stream.Context(), "tracestate")),
+		Priority: t.Priority, AdmitBy: start.Add(n.s.admissionWait),
 	}
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {

@@ -214,6 +214,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id,
 		TraceParent: traceparent, TraceState: traceState(traceparent, r.Header.Get("Tracestate"))}
 	req.Residency, req.StrictTransit = n.policyOf(t)
+	req.Priority, req.AdmitBy = t.Priority, start.Add(n.s.admissionWait)
 	if req.Session == "" {
 		req.Session = chat.User
 	}
@@ -420,6 +421,12 @@ func (n *Node) account(e decision, sp *span) {
 		attrs = append(attrs, "forwarded_by", e.origin)
 	}
 	via := n.s.name
+	if res != nil {
+		m.admissionWait.Observe(res.AdmissionWait.Seconds())
+		if res.AdmissionWait > 0 {
+			attrs = append(attrs, "admission_wait_ms", res.AdmissionWait.Milliseconds())
+		}
+	}
 	if res != nil && res.Target != nil {
 		u := res.Usage
 		if res.Target.Via != "" {

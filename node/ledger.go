@@ -83,6 +83,16 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 	}
 	l.client = consensus.NewClient(s.name, l.server, membership{n}, auth)
 	l.budgets = consensus.NewBudgetHolder(s.name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
+	l.budgets.SetAdmission(s.admissionQueue)
+	l.budgets.SetRecalls(func(ctx context.Context) ([]string, error) {
+		b, _, err := l.client.Read(ctx, "recalls", false)
+		if err != nil {
+			return nil, err
+		}
+		var tenants []string
+		err = json.Unmarshal(b, &tenants)
+		return tenants, err
+	})
 	l.rates = consensus.NewRateHolder(s.name, catalog.Providers(), l.client.Rates, func() int {
 		if n.mesh == nil {
 			return 1

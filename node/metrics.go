@@ -31,6 +31,7 @@ type metrics struct {
 	probeCost     *prometheus.CounterVec
 	probeTokens   *prometheus.CounterVec
 	raftApply     prometheus.Histogram
+	admissionWait prometheus.Histogram
 	forwardsIn    prometheus.Counter
 	forwardsOut   prometheus.Counter
 	handoffs      *prometheus.CounterVec
@@ -117,6 +118,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmesh_probe_tokens_total",
 			Help: "Tokens spent by active health probes, by provider.",
 		}, []string{"provider"})).(*prometheus.CounterVec),
+		admissionWait: f(prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llmesh_admission_wait_seconds", Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
+			Help: "Time a request waited for budget escrow or a rate share before it was sent or refused (zero for most).",
+		})).(prometheus.Histogram),
 		raftApply: f(prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmesh_raft_apply_duration_seconds", Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 			Help: "Time for a ledger command to commit and apply on this voter while it leads.",

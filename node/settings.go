@@ -38,18 +38,22 @@ type settings struct {
 	maxHeader    int
 	maxMessages  int
 	maxInFlight  int // per tenant
-	readHeader   time.Duration
-	readBody     time.Duration
-	clientWrite  time.Duration
-	drainGrace   time.Duration
-	drainTimeout time.Duration
-	adminToken   route.Secret
-	jurisdiction string // of the node's region
-	voter        bool
-	rpcAddr      string
-	advertise    string        // host peers should use; "" for the bound one
-	gossip       *gossipConfig // nil: this node does not gossip
-	probeIdle    time.Duration // 0: no probes
+	// admissionWait bounds a request's wait for escrow or a rate share;
+	// admissionQueue the requests waiting at once.
+	admissionWait  time.Duration
+	admissionQueue int
+	readHeader     time.Duration
+	readBody       time.Duration
+	clientWrite    time.Duration
+	drainGrace     time.Duration
+	drainTimeout   time.Duration
+	adminToken     route.Secret
+	jurisdiction   string // of the node's region
+	voter          bool
+	rpcAddr        string
+	advertise      string        // host peers should use; "" for the bound one
+	gossip         *gossipConfig // nil: this node does not gossip
+	probeIdle      time.Duration // 0: no probes
 	// The ledger: a voter runs Raft on raftAddr; any node with a voter
 	// or with gossip (to find voters) spends from it.
 	raftAddr        string
@@ -86,6 +90,7 @@ type tenant struct {
 	residency region.Residency
 	strict    bool
 	budget    *BudgetSection
+	priority  int // route.PriorityInteractive or route.PriorityBatch
 }
 
 // Defaults applied by resolve.
@@ -104,20 +109,22 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		problems = append(problems, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
 	}
 	s := &settings{
-		name:         c.Node.Name,
-		region:       c.Node.Region,
-		httpAddr:     c.Node.HTTP,
-		executor:     route.DefaultExecutorConfig(),
-		health:       route.DefaultHealthConfig(),
-		maxBodyBytes: DefaultMaxBodyBytes,
-		maxHeader:    64 << 10,
-		maxMessages:  4096,
-		maxInFlight:  256,
-		readHeader:   10 * time.Second,
-		readBody:     30 * time.Second,
-		clientWrite:  30 * time.Second,
-		drainGrace:   5 * time.Second,
-		drainTimeout: 30 * time.Second,
+		name:           c.Node.Name,
+		region:         c.Node.Region,
+		httpAddr:       c.Node.HTTP,
+		executor:       route.DefaultExecutorConfig(),
+		health:         route.DefaultHealthConfig(),
+		maxBodyBytes:   DefaultMaxBodyBytes,
+		maxHeader:      64 << 10,
+		maxMessages:    4096,
+		maxInFlight:    256,
+		admissionWait:  2 * time.Second,
+		admissionQueue: 1024,
+		readHeader:     10 * time.Second,
+		readBody:       30 * time.Second,
+		clientWrite:    30 * time.Second,
+		drainGrace:     5 * time.Second,
+		drainTimeout:   30 * time.Second,
 	}
 
 	// node
@@ -385,6 +392,14 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		}
 		tt.strict = t.StrictTransit
 		tt.budget = t.Budget
+		switch t.Priority {
+		case "", "interactive":
+			tt.priority = route.PriorityInteractive
+		case "batch":
+			tt.priority = route.PriorityBatch
+		default:
+			bad(f+".priority", "%q must be interactive or batch", t.Priority)
+		}
 		if b := t.Budget; b != nil {
 			if b.USD <= 0 {
 				bad(f+".budget.usd", "must be positive")
@@ -424,12 +439,21 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		{"limits.max_header_bytes", c.Limits.MaxHeaderBytes, &s.maxHeader},
 		{"limits.max_messages", c.Limits.MaxMessages, &s.maxMessages},
 		{"limits.max_concurrent_per_tenant", c.Limits.MaxConcurrentPerTenant, &s.maxInFlight},
+		{"limits.admission_queue", c.Limits.AdmissionQueue, &s.admissionQueue},
 	} {
 		if l.v < 0 {
 			bad(l.field, "must not be negative")
 		} else if l.v > 0 {
 			*l.dst = l.v
 		}
+	}
+	switch w := time.Duration(c.Limits.AdmissionWait); {
+	case w < 0:
+		bad("limits.admission_wait", "must not be negative")
+	case w > time.Minute:
+		bad("limits.admission_wait", "%s is longer than a client should wait to be admitted; at most 1m", w)
+	case w > 0:
+		s.admissionWait = w
 	}
 	if c.Limits.MaxStreamDuration < 0 {
 		bad("limits.max_stream_duration", "must not be negative")

@@ -25,6 +25,9 @@ type Tenant struct {
 	// StrictTransit keeps the tenant's requests on nodes of its
 	// residency's jurisdiction.
 	StrictTransit bool
+	// Priority orders its requests waiting for admission (route's
+	// PriorityInteractive or PriorityBatch), from this node's file.
+	Priority int
 }
 
 // tenantKeys authenticates API keys against the SHA-256 hashes of the
@@ -61,7 +64,7 @@ func newTenantKeys(ts []tenant, ledger []consensus.Tenant) *tenantKeys {
 	var order []string
 	keys := map[string][][sha256.Size]byte{}
 	for _, t := range ts {
-		k.byName[t.name] = &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict}
+		k.byName[t.name] = &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict, Priority: t.priority}
 		order = append(order, t.name)
 		if !fileRevoked[t.name] {
 			keys[t.name] = append(keys[t.name], t.keys...)

@@ -32,9 +32,12 @@ type ResponseSink interface {
 // BudgetGate reserves a tenant's spend before an attempt and settles the
 // actual cost after it. The ledger's budget leases plug in here.
 type BudgetGate interface {
-	// Reserve holds usd of tenant's budget, or fails with
-	// ErrBudgetExceeded.
-	Reserve(tenant string, usd float64, now time.Time) (BudgetHold, error)
+	// Reserve holds usd of tenant's budget. When it cannot yet (the
+	// escrow is being topped up) it waits, behind requests of a priority
+	// as high (lower prio) that came first, until until or until ctx is
+	// done, and then fails with a *RetryAfterError; it fails with
+	// ErrBudgetExceeded when the budget left cannot cover usd.
+	Reserve(ctx context.Context, tenant string, usd float64, prio int, until, now time.Time) (BudgetHold, error)
 }
 
 // BudgetHold is one reservation; Settle replaces it by the actual cost.
@@ -94,6 +97,9 @@ type Result struct {
 	// Truncated means a stream broke after its first byte: the client got
 	// an error event instead of [DONE].
 	Truncated bool
+	// AdmissionWait is how long the request waited for budget escrow or
+	// a rate share before it was sent (or refused).
+	AdmissionWait time.Duration
 	// ClientGone means the client disconnected or stopped reading.
 	ClientGone bool
 	// Provider is the provider that answered (through a via node, the
@@ -271,7 +277,11 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			}
 		}
 		if e.budget != nil {
-			h, err := e.budget.Reserve(req.Tenant, t.MaxCost, now)
+			h, err := e.budget.Reserve(ctx, req.Tenant, t.MaxCost, req.Priority, req.AdmitBy, now)
+			if waited := e.now().Sub(now); waited > 0 {
+				res.AdmissionWait += waited
+				now = e.now()
+			}
 			if err != nil {
 				release()
 				lastErr = err

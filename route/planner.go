@@ -28,11 +28,23 @@ type Request struct {
 	Hint string
 	// ID is the request id, carried across forwards.
 	ID string
+	// Priority orders requests waiting for admission: lower first
+	// (PriorityInteractive before PriorityBatch); FIFO within one.
+	Priority int
+	// AdmitBy is when waiting for budget escrow or a rate share ends
+	// (limits.admission_wait after arrival); zero: no wait.
+	AdmitBy time.Time
 	// TraceParent is the W3C traceparent sent to the provider (and, by a
 	// node, to the peer it forwards through); "" sends none. TraceState
 	// is the caller's tracestate, passed on with it.
 	TraceParent, TraceState string
 }
+
+// Request priorities, from the tenant's priority setting.
+const (
+	PriorityInteractive = 0
+	PriorityBatch       = 1
+)
 
 // Target is one way to serve a request: a provider, one of its replicas,
 // and the node that calls it.

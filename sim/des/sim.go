@@ -534,13 +534,13 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		var hold route.BudgetHold = unbudgeted{}
 		if budgeted {
 			n.touched = true
-			h, err := n.budget.Reserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
+			h, err := n.budget.TryReserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
 			var retry *route.RetryAfterError
 			if errors.As(err, &retry) {
 				// The holder kicks its sync loop, which asks the leader at
 				// once: a Raft round trip, here immediate. Once.
 				_ = n.budget.Sync(context.Background(), false)
-				h, err = n.budget.Reserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
+				h, err = n.budget.TryReserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
 			}
 			switch {
 			case errors.Is(err, route.ErrBudgetExceeded):
