@@ -32,9 +32,11 @@ const (
 	CmdPutRate    = "put_rate"    // set a provider's capacity
 	CmdSync       = "sync"        // a node reports usage and asks for escrow
 	CmdForfeit    = "forfeit"     // write off a node's unreported escrow as spent
-	CmdRateMark   = "rate_mark"   // rate shares may be held until a time
-	// CmdRateHandover records the rate shares a leader handing over
-	// leadership granted, so that the next one need not learn them.
+	CmdRates      = "rates"       // a node renews its rate shares (applied by the leader for it)
+	// CmdRateMark and CmdRateHandover were written by leaders of an
+	// earlier version, which kept rate shares outside the ledger: they
+	// are applied from old logs and change nothing that matters now.
+	CmdRateMark     = "rate_mark"
 	CmdRateHandover = "rate_handover"
 )
 
@@ -202,6 +204,8 @@ type state struct {
 	// Handover is what the last leader granted, when it handed leadership
 	// over gracefully; the next mark clears it.
 	Handover *RateHandover `json:"rate_handover,omitempty"`
+	// Shares are the rate shares granted, by provider.
+	Shares map[string]*rateBook `json:"shares,omitempty"`
 }
 
 // Ledger is the pure state machine behind Raft: deterministic, no clock,
@@ -250,6 +254,7 @@ type Result struct {
 	// Duplicate means the command's ID had been applied already.
 	Duplicate bool        `json:"duplicate,omitempty"`
 	Sync      *SyncResult `json:"sync,omitempty"`
+	Rates     []RateGrant `json:"rates,omitempty"`
 }
 
 // Errors a command can fail with.
@@ -459,6 +464,12 @@ func (l *Ledger) apply(cmd Command) Result {
 			return fail(fmt.Errorf("%w: rate handover", ErrInvalid))
 		}
 		l.s.Handover = &h
+	case CmdRates:
+		var c RatesCmd
+		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {
+			return fail(fmt.Errorf("%w: rates", ErrInvalid))
+		}
+		return Result{Rates: l.rates(c, cmd.Time)}
 	case CmdSync:
 		var c SyncCmd
 		if err := json.Unmarshal(cmd.Body, &c); err != nil || c.Node == "" {

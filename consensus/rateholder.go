@@ -50,6 +50,15 @@ type rateShare struct {
 	wanted    []time.Time // attempts, and requests refused for want of a share
 }
 
+// RateSlack is what a node adds to a provider's one-minute window when
+// it counts what it sent: a request sent at the end of a minute reaches
+// the provider a little later, maybe through a peer, and must not land
+// in the provider's next minute beside a full share.
+const RateSlack = time.Second
+
+// recentDemand is the span over which a rise in demand is measured.
+const recentDemand = 10 * time.Second
+
 // maxWanted bounds the demand a node counts per window: beyond it, it
 // already asks for more than any capacity.
 const maxWanted = 1 << 17
@@ -63,7 +72,7 @@ type tokenRec struct {
 // renew asks the leader for shares; nodes counts the mesh.
 func NewRateHolder(node string, providers []*route.Provider, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int, noVoters func() bool) *RateHolder {
 	h := &RateHolder{node: node, caps: map[string][2]float64{}, renew: renew, nodes: nodes, noVoters: noVoters,
-		window: time.Minute, now: time.Now, shares: map[string]*rateShare{}}
+		window: time.Minute + RateSlack, now: time.Now, shares: map[string]*rateShare{}}
 	for _, p := range providers {
 		if p.RPM > 0 || p.TPM > 0 {
 			h.caps[p.Name] = [2]float64{float64(p.RPM), float64(p.TPM)}
@@ -109,7 +118,7 @@ func (s *rateShare) trim(now time.Time, window time.Duration) {
 	s.wanted = s.wanted[k:]
 }
 
-func (h *RateHolder) check(provider string, tokens int, now time.Time, take bool) (bool, time.Duration) {
+func (h *RateHolder) check(provider string, tokens int, now time.Time, take, demand bool) (bool, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.shares[provider]
@@ -122,7 +131,7 @@ func (h *RateHolder) check(provider string, tokens int, now time.Time, take bool
 	okTok := s.tokenSum+float64(tokens) <= tpm
 	// Demand is every attempt, and every request refused for want of a
 	// share: what the node would send if it could.
-	if (take || !okReq || !okTok) && len(s.wanted) < maxWanted {
+	if demand && (take || !okReq || !okTok) && len(s.wanted) < maxWanted {
 		s.wanted = append(s.wanted, now)
 	}
 	if !okReq || !okTok {
@@ -142,12 +151,26 @@ func (h *RateHolder) check(provider string, tokens int, now time.Time, take bool
 
 // Allow implements route.QuotaGate.
 func (h *RateHolder) Allow(provider string, tokens int, now time.Time) (bool, time.Duration) {
-	return h.check(provider, tokens, now, false)
+	return h.check(provider, tokens, now, false, true)
 }
 
 // Take implements route.QuotaGate.
 func (h *RateHolder) Take(provider string, tokens int, now time.Time) (bool, time.Duration) {
-	return h.check(provider, tokens, now, true)
+	return h.check(provider, tokens, now, true, true)
+}
+
+// AllowSpilled is Allow for a request a peer sent here because its own
+// share was spent (see TakeSpilled).
+func (h *RateHolder) AllowSpilled(provider string, tokens int, now time.Time) (bool, time.Duration) {
+	return h.check(provider, tokens, now, false, false)
+}
+
+// TakeSpilled is Take for a request a peer sent here because its own
+// share was spent: the peer counts it as its demand, so it is not this
+// node's (were it both, the share would move to where the requests do not
+// arrive, and be stranded should this node die).
+func (h *RateHolder) TakeSpilled(provider string, tokens int, now time.Time) (bool, time.Duration) {
+	return h.check(provider, tokens, now, true, false)
 }
 
 // Return implements route.QuotaGate: tokens estimated but not used are
@@ -209,14 +232,16 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 	for _, p := range sortedKeys(h.shares) {
 		s := h.shares[p]
 		s.trim(now, h.window)
-		// Demand: requests asked for over the last minute, with a
-		// margin, and tokens in proportion to what was sent.
-		want := float64(len(s.wanted)) * 1.25
+		// Demand: requests asked for over the last minute, or at the
+		// rate of the last ten seconds if that is more (demand that just
+		// rose), with a margin; tokens in proportion to what was sent.
+		recent, _ := slices.BinarySearchFunc(s.wanted, now.Add(-recentDemand), func(t, c time.Time) int { return t.Compare(c) })
+		want := max(float64(len(s.wanted)), float64(len(s.wanted)-recent)*float64(time.Minute)/float64(recentDemand)) * 1.25
 		perReq := 1.0
 		if len(s.sent) > 0 {
 			perReq = s.tokenSum / float64(len(s.sent))
 		}
-		d := Demand{Provider: p, WantRPM: want, WantTPM: want * math.Max(perReq, 1), Saw429: s.saw429}
+		d := Demand{Provider: p, WantRPM: want, WantTPM: want * math.Max(perReq, 1), Saw429: s.saw429, Nodes: h.nodes()}
 		if now.Before(s.expires) {
 			d.HeldRPM, d.HeldTPM = s.rpm, s.tpm
 		}
@@ -284,6 +309,47 @@ func (h *RateHolder) SetProviders(providers []*route.Provider) {
 		}
 	}
 	h.caps, h.shares = caps, shares
+}
+
+// SpareShare is what is left of this node's share of one provider in the
+// current window.
+type SpareShare struct {
+	Provider string
+	Requests int
+}
+
+// Spares returns, for each limited provider this node holds a share of,
+// the requests it may still send in the current window (by the request
+// share, or by the token share at the tokens its requests have averaged),
+// most first: peers whose own share is spent forward to it.
+func (h *RateHolder) Spares(now time.Time) []SpareShare {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []SpareShare
+	for _, p := range sortedKeys(h.shares) {
+		s := h.shares[p]
+		if s.unlimited || !now.Before(s.expires) {
+			continue
+		}
+		s.trim(now, h.window)
+		left := math.Inf(1)
+		if !math.IsInf(s.rpm, 0) {
+			left = s.rpm - float64(len(s.sent))
+		}
+		if !math.IsInf(s.tpm, 0) {
+			perReq := 1.0
+			if len(s.sent) > 0 {
+				perReq = math.Max(s.tokenSum/float64(len(s.sent)), 1)
+			}
+			left = math.Min(left, (s.tpm-s.tokenSum)/perReq)
+		}
+		if math.IsInf(left, 0) {
+			continue
+		}
+		out = append(out, SpareShare{Provider: p, Requests: int(math.Max(0, math.Floor(left)))})
+	}
+	slices.SortStableFunc(out, func(a, b SpareShare) int { return b.Requests - a.Requests })
+	return out
 }
 
 // Shares returns each provider's share in force, for operators.

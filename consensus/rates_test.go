@@ -9,28 +9,65 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
+// rateLedger is a ledger holding provider p's capacity.
+func rateLedger(t *testing.T, rpm, tpm int64) *Ledger {
+	t.Helper()
+	l := NewLedger()
+	c, _ := newCommand("cap", CmdPutRate, RateCapacity{Provider: "p", RPM: rpm, TPM: tpm})
+	if r := l.Apply(c); r.Err != "" {
+		t.Fatal(r.Err)
+	}
+	return l
+}
+
+// renew applies node's renewal (of its boot) at now, as a leader would,
+// with a 30 s lease and a 60 s window.
+func renew(t *testing.T, l *Ledger, node string, boot int64, ds []Demand, now time.Time) []Grant {
+	t.Helper()
+	c, err := ratesCommand(node, boot, ds, 30*time.Second, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Time = now.UnixNano()
+	r := l.Apply(c)
+	if r.Err != "" {
+		t.Fatal(r.Err)
+	}
+	out := make([]Grant, len(r.Rates))
+	for i, g := range r.Rates {
+		out[i] = g.Grant()
+	}
+	return out
+}
+
+func grant1(t *testing.T, l *Ledger, node string, ds []Demand, now time.Time) Grant {
+	t.Helper()
+	return renew(t, l, node, 1, ds, now)[0]
+}
+
 // A provider's RPM shared by three nodes with uneven, shifting demand,
 // simulated second by second over ten minutes with renewals every five
-// seconds and a leadership change half way: no sixty-second window ever
-// holds more requests than the capacity, and the busier node holds the
-// larger share.
+// seconds, a node restarted (a new process that forgot what it sent) and
+// a leader change (a replica restored from a snapshot goes on granting):
+// no sixty-second window ever holds more requests than the capacity, and
+// the busier node holds the larger share.
 func TestRateSharesNeverExceedCapacity(t *testing.T) {
 	const capacity = 600
 	clock := time.Unix(1_000_000, 0)
-	a := newAllocator(30*time.Second, time.Minute)
-	a.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
-	a.startLearning(clock, time.Time{}) // a new cluster: nothing to learn
-	a.setReady(true)
+	l := rateLedger(t, capacity, 0)
 	providers := []*route.Provider{{Name: "p", RPM: capacity}}
-	var holders []*RateHolder
-	for i := range 3 {
+	holders := make([]*RateHolder, 3)
+	boots := []int64{1, 1, 1}
+	start := func(i int) {
 		name := string(rune('a' + i))
 		h := NewRateHolder(name, providers, func(_ context.Context, ds []Demand) ([]Grant, time.Duration, time.Duration, error) {
-			g, err := a.grant(name, ds, clock)
-			return g, a.lease, 5 * time.Second, err
+			return renew(t, l, name, boots[i], ds, clock), 30 * time.Second, 5 * time.Second, nil
 		}, func() int { return 3 }, func() bool { return false })
 		h.now = func() time.Time { return clock }
-		holders = append(holders, h)
+		holders[i] = h
+	}
+	for i := range holders {
+		start(i)
 	}
 	r := rand.New(rand.NewPCG(1, 1))
 	// Requests per second each node would like to send, per phase.
@@ -45,9 +82,19 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 				}
 			}
 		}
-		if sec == 300 {
-			a.startLearning(clock, a.horizon()) // a new leader, knowing nothing
-			a.setReady(true)
+		switch sec {
+		case 150, 370: // node b restarts: a new process, nothing sent
+			boots[1]++
+			start(1)
+		case 300: // a new leader: its replica, as a snapshot carries it
+			snap, err := l.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			l = NewLedger()
+			if err := l.Restore(snap); err != nil {
+				t.Fatal(err)
+			}
 		}
 		demand := phases[sec/120]
 		n := 0
@@ -94,16 +141,13 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 // 429s shrink what the leader hands out; it recovers while none come.
 func TestRateCutOn429(t *testing.T) {
 	now := time.Unix(0, 0)
-	a := newAllocator(30*time.Second, time.Minute)
-	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 1000}})
-	a.startLearning(now, time.Time{})
-	a.setReady(true)
-	full := grant1(t, a, "n", []Demand{{Provider: "p", WantRPM: 5000}}, now).RPM
-	cut := grant1(t, a, "n", []Demand{{Provider: "p", WantRPM: 5000, Saw429: true}}, now.Add(time.Hour)).RPM
+	l := rateLedger(t, 1000, 0)
+	full := grant1(t, l, "n", []Demand{{Provider: "p", WantRPM: 5000}}, now).RPM
+	cut := grant1(t, l, "n", []Demand{{Provider: "p", WantRPM: 5000, Saw429: true}}, now.Add(time.Hour)).RPM
 	if full != 1000 || cut >= full {
 		t.Fatalf("full %v, after a 429 %v", full, cut)
 	}
-	if u := grant1(t, a, "n", []Demand{{Provider: "q"}}, now); !u.Unlimited {
+	if u := grant1(t, l, "n", []Demand{{Provider: "q"}}, now); !u.Unlimited {
 		t.Fatal("a provider without a limit is not unlimited")
 	}
 }
@@ -113,33 +157,21 @@ func TestRateCutOn429(t *testing.T) {
 // window.
 func TestShareMovesOnlyAfterTheWindow(t *testing.T) {
 	t0 := time.Unix(0, 0)
-	a := newAllocator(30*time.Second, time.Minute)
-	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
-	a.startLearning(t0, time.Time{})
-	a.setReady(true)
-	big := grant1(t, a, "a", []Demand{{Provider: "p", WantRPM: 5000}}, t0).RPM
+	l := rateLedger(t, 600, 0)
+	big := grant1(t, l, "a", []Demand{{Provider: "p", WantRPM: 5000}}, t0).RPM
 	// a's demand falls; it renews and gets little.
-	small := grant1(t, a, "a", []Demand{{Provider: "p", WantRPM: 1}}, t0.Add(10*time.Second)).RPM
+	small := grant1(t, l, "a", []Demand{{Provider: "p", WantRPM: 1}}, t0.Add(10*time.Second)).RPM
 	// b asks for all of it while a may still have sent `big` in the window.
-	b := grant1(t, a, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(40*time.Second)).RPM
+	b := grant1(t, l, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(40*time.Second)).RPM
 	if big+b > 600 {
 		t.Fatalf("a was granted %v, then %v; b got %v while a's %v may be in the window", big, small, b, big)
 	}
 	// Once a's last grant (at 10 s) has expired and a window has passed,
 	// b gets it.
-	later := grant1(t, a, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(10*time.Second+30*time.Second+61*time.Second)).RPM
+	later := grant1(t, l, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(10*time.Second+30*time.Second+61*time.Second)).RPM
 	if later != 600 {
 		t.Fatalf("b got %v once the window had passed", later)
 	}
-}
-
-func grant1(t *testing.T, a *allocator, node string, ds []Demand, now time.Time) Grant {
-	t.Helper()
-	g, err := a.grant(node, ds, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g[0]
 }
 
 // A node that goes quiet after sending its whole share keeps it, as far
@@ -147,26 +179,87 @@ func grant1(t *testing.T, a *allocator, node string, ds []Demand, now time.Time)
 // sent all of it in the last minute.
 func TestQuietNodesShareIsNotReusedEarly(t *testing.T) {
 	t0 := time.Unix(0, 0)
-	a := newAllocator(30*time.Second, time.Minute)
-	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
-	a.startLearning(t0, time.Time{})
-	a.setReady(true)
-	first := grant1(t, a, "a", []Demand{{Provider: "p", WantRPM: 5000}}, t0).RPM
+	l := rateLedger(t, 600, 0)
+	first := grant1(t, l, "a", []Demand{{Provider: "p", WantRPM: 5000}}, t0).RPM
 	for _, at := range []time.Duration{31 * time.Second, 60 * time.Second, 89 * time.Second} {
-		if b := grant1(t, a, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(at)).RPM; first+b > 600 {
+		if b := grant1(t, l, "b", []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(at)).RPM; first+b > 600 {
 			t.Fatalf("at %v b got %v while a, silent, may have sent %v in the window", at, b, first)
 		}
 	}
 }
 
-// A new leader grants nothing until it is ready (it has marked in the
-// ledger that shares are being granted).
-func TestNoGrantsBeforeReady(t *testing.T) {
-	a := newAllocator(30*time.Second, time.Minute)
-	a.setCapacities([]RateCapacity{{Provider: "p", RPM: 600}})
-	a.startLearning(time.Unix(0, 0), time.Time{})
-	if _, err := a.grant("a", []Demand{{Provider: "p", WantRPM: 10}}, time.Unix(1, 0)); err == nil {
-		t.Fatal("granted before ready")
+// A node restarted under the same name forgot what it sent under its
+// earlier share: that share keeps counting against the capacity (its
+// lease and a window), so the new process and its peers together stay
+// within it; once it can no longer matter, the capacity is whole again.
+func TestRestartedNodesEarlierGrantStillCounts(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	l := rateLedger(t, 600, 0)
+	before := renew(t, l, "a", 1, []Demand{{Provider: "p", WantRPM: 5000}}, t0)[0].RPM
+	// The restart: boot 2 asks at once, and again as it renews.
+	for _, at := range []time.Duration{time.Second, 5 * time.Second, 60 * time.Second, 89 * time.Second} {
+		if g := renew(t, l, "a", 2, []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(at))[0].RPM; before+g > 600 {
+			t.Fatalf("%v after a restart the new process got %v while the old one may have sent %v", at, g, before)
+		}
+	}
+	if g := renew(t, l, "a", 2, []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(91*time.Second))[0].RPM; g != 600 {
+		t.Fatalf("once the old grant no longer matters the node gets %v of 600", g)
+	}
+	// A renewal without a boot (an older node) is the same process.
+	if g := renew(t, l, "a", 0, []Demand{{Provider: "p", WantRPM: 5000}}, t0.Add(92*time.Second))[0].RPM; g != 600 {
+		t.Fatalf("a renewal without a boot got %v", g)
+	}
+}
+
+// Rate shares are ledger state: two replicas applying the same renewals
+// hold the same shares, byte for byte, and a new leader (a replica
+// restored from a snapshot) grants from what its predecessor granted, at
+// once: a busy node keeps its share, a newcomer gets what is left.
+func TestRateSharesSurviveALeaderChange(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	a, b := rateLedger(t, 600, 100_000), rateLedger(t, 600, 100_000)
+	for i := range 20 {
+		now := t0.Add(time.Duration(i) * 5 * time.Second)
+		for _, n := range []string{"x", "y", "z"} {
+			ds := []Demand{{Provider: "p", WantRPM: float64(100 * (1 + i%3)), WantTPM: 5000}}
+			ga, gb := renew(t, a, n, 7, ds, now), renew(t, b, n, 7, ds, now)
+			if ga[0] != gb[0] {
+				t.Fatalf("replicas granted %+v and %+v", ga[0], gb[0])
+			}
+		}
+	}
+	sa, _ := a.Snapshot()
+	sb, _ := b.Snapshot()
+	if string(sa) != string(sb) {
+		t.Fatal("two replicas of the same renewals differ")
+	}
+	next := NewLedger()
+	if err := next.Restore(sa); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(100 * time.Second)
+	var held float64
+	for _, n := range []string{"x", "y"} {
+		held += renew(t, next, n, 7, []Demand{{Provider: "p", WantRPM: 300}}, now)[0].RPM
+	}
+	fresh := renew(t, next, "w", 1, []Demand{{Provider: "p", WantRPM: 600}}, now)[0].RPM
+	z := renew(t, next, "z", 7, []Demand{{Provider: "p", WantRPM: 300}}, now)[0].RPM
+	if held+fresh+z > 600 || held == 0 {
+		t.Fatalf("after the leader change: x+y %v, a newcomer %v, z %v of 600", held, fresh, z)
+	}
+	if len(next.Shares()) == 0 {
+		t.Fatal("no shares in the ledger's view")
+	}
+}
+
+// A leader of an earlier version's handover record, read from an old log,
+// applies and changes nothing that matters.
+func TestOldRateHandoverRecordApplies(t *testing.T) {
+	l := NewLedger()
+	c := Command{ID: "h", Type: CmdRateHandover, Time: 1,
+		Body: []byte(`{"learn_for":5,"shares":[{"provider":"p","node":"a","want_rpm":1,"want_tpm":1,"grants":[{"counts_for":9,"rpm":10,"tpm":-1}]}]}`)}
+	if r := l.Apply(c); r.Err != "" {
+		t.Fatal(r.Err)
 	}
 }
 
@@ -187,90 +280,5 @@ func TestRateHolderWithoutLease(t *testing.T) {
 	}
 	if ok, _ := h.Allow("p", 400, now); ok {
 		t.Fatal("admitted beyond the token share (1000/3)")
-	}
-}
-
-// A leader that hands leadership over records what it granted; the next
-// leader starts from that: a node holding nothing (just restarted) gets a
-// share at once, where a leader learning would give it none for a lease
-// and a window; and the shares handed out stay within the capacity.
-func TestRateHandoverSkipsLearning(t *testing.T) {
-	const capacity = 600
-	now := time.Unix(2_000_000, 0)
-	old := newAllocator(30*time.Second, time.Minute)
-	old.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
-	old.startLearning(now, time.Time{})
-	old.setReady(true)
-	held := map[string]float64{}
-	for _, n := range []string{"a", "b"} {
-		g, err := old.grant(n, []Demand{{Provider: "p", WantRPM: 100}}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held[n] = g[0].RPM
-	}
-	h := old.handover(now.Add(time.Second))
-	if _, err := old.grant("a", []Demand{{Provider: "p", WantRPM: 400}}, now); err == nil {
-		t.Fatal("the old leader still grants after its handover")
-	}
-	// Through the ledger, as a Raft command and a snapshot would carry it.
-	l := NewLedger()
-	c, _ := newCommand("h", CmdRateHandover, h)
-	c.Time = now.UnixNano()
-	if r := l.Apply(c); r.Err != "" {
-		t.Fatal(r.Err)
-	}
-	got := l.Handover()
-	next := func(from *RateHandover) *allocator {
-		a := newAllocator(30*time.Second, time.Minute)
-		a.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
-		if from != nil {
-			a.startFrom(from, now.Add(2*time.Second))
-		} else {
-			a.startLearning(now.Add(2*time.Second), now.Add(2*time.Minute))
-		}
-		a.setReady(true)
-		return a
-	}
-	taking := next(got)
-	g, err := taking.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(2*time.Second))
-	if err != nil || g[0].RPM <= 0 {
-		t.Fatalf("a restarted node got %v (%v) from a leader that took the handover over", g, err)
-	}
-	if total := held["a"] + held["b"] + g[0].RPM; total > capacity {
-		t.Fatalf("shares %v + %v for c: %v, more than the capacity %d", held, g[0].RPM, total, capacity)
-	}
-	learning := next(nil)
-	if g, _ := learning.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(2*time.Second)); g[0].RPM != 0 {
-		t.Fatalf("a learning leader granted %v to a node holding nothing", g[0].RPM)
-	}
-	// A next leader whose clock runs 30 s ahead still counts the old
-	// grants: the record's times are relative.
-	ahead := newAllocator(30*time.Second, time.Minute)
-	ahead.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
-	later := now.Add(32 * time.Second)
-	ahead.startFrom(got, later)
-	ahead.setReady(true)
-	if g, _ := ahead.grant("c", []Demand{{Provider: "p", WantRPM: 600}}, later); held["a"]+held["b"]+g[0].RPM > capacity {
-		t.Fatalf("a leader with a clock ahead granted %v beside %v", g[0].RPM, held)
-	}
-	// A leader that was itself still learning hands that over: the next
-	// one goes on learning, and gives a node holding nothing nothing.
-	learner := next(nil)
-	h2 := learner.handover(now.Add(3 * time.Second))
-	if h2.LearnFor <= 0 {
-		t.Fatal("a learning leader's handover does not say so")
-	}
-	heir := newAllocator(30*time.Second, time.Minute)
-	heir.setCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
-	heir.startFrom(&h2, now.Add(4*time.Second))
-	heir.setReady(true)
-	if g, _ := heir.grant("c", []Demand{{Provider: "p", WantRPM: 100}}, now.Add(4*time.Second)); g[0].RPM != 0 {
-		t.Fatalf("the heir of a learning leader granted %v to a node holding nothing", g[0].RPM)
-	}
-	// A mark by a leader granting since clears the record.
-	m, _ := newCommand("m", CmdRateMark, map[string]int64{"until": now.Add(time.Hour).UnixNano()})
-	if r := l.Apply(m); r.Err != "" || l.Handover() != nil {
-		t.Fatalf("a rate mark left the handover in place (%s)", r.Err)
 	}
 }

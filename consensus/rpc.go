@@ -30,6 +30,7 @@ const maxHops = 2
 // (a non-voter does not; that voter forwards).
 type Client struct {
 	node       string
+	boot       int64   // this process, for the rate shares it renews
 	server     *Server // this node's voter; nil on a non-voter
 	membership Membership
 	auth       PeerAuth
@@ -40,7 +41,7 @@ type Client struct {
 
 // NewClient returns a client for node. server is nil on a non-voter.
 func NewClient(node string, server *Server, membership Membership, auth PeerAuth) *Client {
-	return &Client{node: node, server: server, membership: membership, auth: auth, conns: map[string]*grpc.ClientConn{}}
+	return &Client{node: node, boot: time.Now().UnixNano(), server: server, membership: membership, auth: auth, conns: map[string]*grpc.ClientConn{}}
 }
 
 // PeerAuth is how a node proves itself to its peers' gRPC servers: a
@@ -170,22 +171,21 @@ func (c *Client) apply(ctx context.Context, cmd Command, hops uint32) (Result, e
 
 // Rates renews this node's rate shares with the leader.
 func (c *Client) Rates(ctx context.Context, demands []Demand) ([]Grant, time.Duration, time.Duration, error) {
-	return c.rates(ctx, c.node, demands, 0)
+	return c.rates(ctx, c.node, c.boot, demands, 0)
 }
 
-func (c *Client) rates(ctx context.Context, node string, demands []Demand, hops uint32) ([]Grant, time.Duration, time.Duration, error) {
+func (c *Client) rates(ctx context.Context, node string, boot int64, demands []Demand, hops uint32) ([]Grant, time.Duration, time.Duration, error) {
 	if c.server != nil && c.server.IsLeader() {
-		g, err := c.server.rates.grant(node, demands, c.server.now())
-		return g, c.server.rates.lease, c.server.rates.refresh(), err
+		return c.server.applyRates(ctx, node, boot, demands)
 	}
 	lc, err := c.remote(hops)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	req := &pb.RatesRequest{Node: node, Hops: hops + 1}
+	req := &pb.RatesRequest{Node: node, Boot: boot, Hops: hops + 1}
 	for _, d := range demands {
 		req.Demands = append(req.Demands, &pb.RateDemand{Provider: d.Provider, WantRpm: d.WantRPM, WantTpm: d.WantTPM,
-			HeldRpm: d.HeldRPM, HeldTpm: d.HeldTPM, Saw_429: d.Saw429})
+			HeldRpm: d.HeldRPM, HeldTpm: d.HeldTPM, Saw_429: d.Saw429, Nodes: int32(min(d.Nodes, 1<<20))})
 	}
 	reply, err := lc.Rates(ctx, req)
 	if err != nil {
@@ -240,6 +240,8 @@ func (s *Server) view(what string, linearizable bool) ([]byte, error) {
 		err = read(func(l *Ledger) { v = l.Tenants() })
 	case "rates":
 		err = read(func(l *Ledger) { v = l.Rates() })
+	case "shares":
+		err = read(func(l *Ledger) { v = l.Shares() })
 	case "recalls":
 		err = read(func(l *Ledger) { v = l.Recalls() })
 	case "peers":
@@ -285,9 +287,9 @@ func (s *Service) Rates(ctx context.Context, req *pb.RatesRequest) (*pb.RatesRep
 	var ds []Demand
 	for _, d := range req.GetDemands() {
 		ds = append(ds, Demand{Provider: d.GetProvider(), WantRPM: d.GetWantRpm(), WantTPM: d.GetWantTpm(),
-			HeldRPM: d.GetHeldRpm(), HeldTPM: d.GetHeldTpm(), Saw429: d.GetSaw_429()})
+			HeldRPM: d.GetHeldRpm(), HeldTPM: d.GetHeldTpm(), Saw429: d.GetSaw_429(), Nodes: int(d.GetNodes())})
 	}
-	grants, lease, refresh, err := s.client.rates(ctx, req.GetNode(), ds, req.GetHops())
+	grants, lease, refresh, err := s.client.rates(ctx, req.GetNode(), req.GetBoot(), ds, req.GetHops())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,7 +82,8 @@ type ServerConfig struct {
 	// ReconcileInterval is how often the leader matches the Raft
 	// configuration to the membership.
 	ReconcileInterval time.Duration
-	// RateLease and RateWindow configure the leader's rate allocator.
+	// RateLease is how long a rate share lasts (default 30 s) and
+	// RateWindow the window rate limits count over (default 1 min).
 	RateLease, RateWindow time.Duration
 	// ApplyTimeout bounds one Raft apply.
 	ApplyTimeout time.Duration
@@ -106,11 +108,13 @@ func FastTimings() *raft.Config {
 
 // Server is one voter: a Raft replica of the ledger.
 type Server struct {
-	cfg   ServerConfig
-	fsm   *FSM
-	log   *slog.Logger
-	now   func() time.Time
-	rates *allocator
+	cfg ServerConfig
+	fsm *FSM
+	log *slog.Logger
+	now func() time.Time
+	// rateLease and rateWindow are stamped into the renewals this voter
+	// applies while it leads.
+	rateLease, rateWindow time.Duration
 
 	raft   *raft.Raft
 	trans  raft.Transport
@@ -120,11 +124,8 @@ type Server struct {
 	leaderCh chan bool
 	stop     chan struct{}
 	nudge    chan struct{} // Reconcile's: the leader reconciles at once
-	// handingOver is set while the leader hands leadership over: it
-	// grants no rate share and writes no rate mark.
-	handingOver atomic.Bool
-	wg          sync.WaitGroup
-	once        sync.Once
+	wg       sync.WaitGroup
+	once     sync.Once
 
 	applyObserver func(time.Duration) // metrics
 }
@@ -153,14 +154,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.ApplyTimeout = 5 * time.Second
 	}
 	return &Server{
-		cfg:      cfg,
-		fsm:      NewFSM(),
-		log:      cfg.Logger,
-		now:      cfg.Clock,
-		rates:    newAllocator(cfg.RateLease, cfg.RateWindow),
-		nudge:    make(chan struct{}, 1),
-		leaderCh: make(chan bool, 8),
-		stop:     make(chan struct{}),
+		cfg:        cfg,
+		fsm:        NewFSM(),
+		log:        cfg.Logger,
+		now:        cfg.Clock,
+		rateLease:  cmp.Or(cfg.RateLease, time.Duration(defaultRateLease)),
+		rateWindow: cmp.Or(cfg.RateWindow, time.Duration(defaultRateWindow)),
+		nudge:      make(chan struct{}, 1),
+		leaderCh:   make(chan bool, 8),
+		stop:       make(chan struct{}),
 	}, nil
 }
 
@@ -373,38 +375,15 @@ func (s *Server) leaderWatch() {
 }
 
 // leaderLoop is the leader's work: after a barrier (so the state is
-// current), seed the configuration, start the rate allocator in learning
-// mode, and keep the Raft configuration in step with the membership.
+// current), seed the configuration and keep the Raft configuration in
+// step with the membership. Rate shares need nothing here: they are
+// ledger state, current on this replica once the barrier has passed.
 func (s *Server) leaderLoop(stop <-chan struct{}) {
 	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
 		s.log.Warn("leader barrier failed", "err", err)
 		return
 	}
 	s.log.Info("raft leadership acquired")
-	var ratesUntil int64
-	var handover *RateHandover
-	s.fsm.Read(func(l *Ledger) { ratesUntil, handover = l.RatesUntil(), l.Handover() })
-	now := s.now()
-	if handover != nil {
-		// The last leader handed over what it granted, and no leader has
-		// granted since (a leader marks before it grants, and a mark
-		// clears the record): no need to learn.
-		s.rates.startFrom(handover, now)
-		s.log.Info("rate shares taken over from the last leader", "shares", len(handover.Shares))
-	} else {
-		s.rates.startLearning(now, time.Unix(0, ratesUntil))
-	}
-	s.handingOver.Store(false)
-	// Mark before the first grant: should this leader die right after
-	// granting, the next one must know that shares may be held.
-	first := s.now().Add(s.rates.lease + s.rates.window + 2*rateMarkEvery)
-	c, _ := newCommand("", CmdRateMark, map[string]int64{"until": first.UnixNano()})
-	if _, err := s.Apply(context.Background(), c); err != nil {
-		s.log.Warn("could not mark rate shares; not granting this term", "err", err)
-	} else {
-		s.rates.setReady(true)
-	}
-	defer s.rates.setReady(false)
 	if s.cfg.Seed != nil {
 		for _, c := range s.cfg.Seed() {
 			if _, err := s.Apply(context.Background(), c); err != nil {
@@ -412,12 +391,8 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			}
 		}
 	}
-	s.syncCapacities()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
-	mark := time.NewTicker(rateMarkEvery)
-	defer mark.Stop()
-	marked := first.Add(-2 * rateMarkEvery)
 	for {
 		s.reconcile()
 		select {
@@ -428,29 +403,10 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 			return
 		case <-s.nudge: // the membership changed: reconcile at the loop's top
 		case <-t.C:
-			s.syncCapacities()
 			s.forfeitGone()
-		case <-mark.C:
-			if s.handingOver.Load() {
-				continue // the handover record must stay the last word
-			}
-			s.rearmRates()
-			// Record (once every few seconds, not per grant) until when
-			// the shares granted may matter, with room for the grants
-			// until the next mark.
-			if h := s.rates.horizon(); h.After(marked) {
-				until := h.Add(2 * rateMarkEvery)
-				c, _ := newCommand("", CmdRateMark, map[string]int64{"until": until.UnixNano()})
-				if _, err := s.Apply(context.Background(), c); err == nil {
-					marked = h
-				}
-			}
 		}
 	}
 }
-
-// rateMarkEvery is how often a leader that grants rate shares records it.
-const rateMarkEvery = 5 * time.Second
 
 // reconcile adds alive voters the configuration lacks and removes those
 // that left the mesh (drained or left for good; one that comes back is
@@ -540,13 +496,6 @@ func (s *Server) forfeitGone() {
 			s.log.Info("escrow of a gone node written off as spent", "node", node)
 		}
 	}
-}
-
-// syncCapacities hands the ledger's provider capacities to the allocator.
-func (s *Server) syncCapacities() {
-	var caps []RateCapacity
-	s.fsm.Read(func(l *Ledger) { caps = l.Rates() })
-	s.rates.setCapacities(caps)
 }
 
 // Reconcile asks the leader, if this voter leads, to match the Raft
@@ -681,48 +630,38 @@ func (s *Server) State() string {
 // SnapshotThreshold entries).
 func (s *Server) Snapshot() error { return s.raft.Snapshot().Error() }
 
-// TransferLeadership hands leadership to another voter, if this one leads.
-//
-// It first stops granting rate shares and records in the ledger what it
-// granted, so that the next leader starts from that instead of learning
-// for a lease and a window (during which a node that holds nothing, one
-// just restarted, say, would get no share). Should the transfer fail, it
-// clears the record and grants again.
+// TransferLeadership hands leadership to another voter, if this one
+// leads. Rate shares and escrow are ledger state: the next leader holds
+// them already.
 func (s *Server) TransferLeadership() error {
 	if !s.IsLeader() {
 		return nil
 	}
-	s.handingOver.Store(true)
-	h := s.rates.handover(s.now())
-	c, err := newCommand("", CmdRateHandover, h)
-	if err == nil {
-		_, err = s.Apply(context.Background(), c)
-	}
-	if err == nil {
-		if err = s.raft.LeadershipTransfer().Error(); err == nil {
-			return nil
-		}
-	}
-	// Still the leader, or unsure: this one grants again once a mark has
-	// cleared the record (whoever leads next must then learn). The
-	// leader loop retries the mark on its ticks should this one fail.
-	s.handingOver.Store(false)
-	s.rearmRates()
-	return err
+	return s.raft.LeadershipTransfer().Error()
 }
 
-// rearmRates has a leader that stopped granting (a handover that did not
-// happen) write a rate mark, which clears any handover record, and grant
-// again.
-func (s *Server) rearmRates() {
-	if !s.IsLeader() || s.rates.isReady() || s.handingOver.Load() {
-		return
+// applyRates applies one node's renewal of its rate shares (boot: its
+// process, 0 if unknown) and returns the grants, their lease and when to
+// renew. It fails with ErrNotLeader on a follower.
+func (s *Server) applyRates(ctx context.Context, node string, boot int64, demands []Demand) ([]Grant, time.Duration, time.Duration, error) {
+	c, err := ratesCommand(node, boot, demands, s.rateLease, s.rateWindow+RateSlack)
+	if err != nil {
+		return nil, 0, 0, err
 	}
-	until := s.now().Add(s.rates.lease + s.rates.window + 2*rateMarkEvery)
-	mark, _ := newCommand("", CmdRateMark, map[string]int64{"until": until.UnixNano()})
-	if _, err := s.Apply(context.Background(), mark); err == nil {
-		s.rates.setReady(true)
+	r, err := s.Apply(ctx, c)
+	switch {
+	case err != nil:
+		return nil, 0, 0, err
+	case r.Err != "":
+		return nil, 0, 0, fmt.Errorf("ledger: %s", r.Err)
+	case r.Rates == nil && len(demands) > 0:
+		return nil, 0, 0, errNoRates
 	}
+	out := make([]Grant, len(r.Rates))
+	for i, g := range r.Rates {
+		out[i] = g.Grant()
+	}
+	return out, s.rateLease, rateRefresh(s.rateLease), nil
 }
 
 // RemoveSelf asks the leader (this voter, if it leads) to drop this voter

@@ -31,7 +31,7 @@ type Tracker interface {
 type Mesh struct {
 	cfg     Config
 	tracker Tracker
-	load    func() (inFlight, queue int)
+	load    func() Load // the node's own load; Observer, Version and TTL are the mesh's
 	now     func() time.Time
 	log     *slog.Logger
 
@@ -73,7 +73,7 @@ type departure struct {
 
 // New builds a mesh member for a node whose own observations come from
 // tracker and whose load from load. It opens nothing; Start does.
-func New(cfg Config, tracker Tracker, load func() (inFlight, queue int)) (*Mesh, error) {
+func New(cfg Config, tracker Tracker, load func() Load) (*Mesh, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -545,6 +545,7 @@ func (m *Mesh) publishLoop() {
 	last := map[string]published{}
 	var lastLoad struct {
 		inFlight int
+		spare    []Spare
 		at       time.Time
 	}
 	var version uint64
@@ -582,13 +583,13 @@ func (m *Mesh) publishLoop() {
 			m.dirty.Store(true)
 		}
 		if m.load != nil {
-			in, q := m.load()
-			if now.Sub(lastLoad.at) >= refresh || loadChanged(lastLoad.inFlight, in) {
-				l := Load{Observer: m.cfg.Name, Version: next(now), TTL: m.cfg.ObservationTTL, InFlight: in, Queue: q}
+			l := m.load()
+			if now.Sub(lastLoad.at) >= refresh || loadChanged(lastLoad.inFlight, l.InFlight) || sparesChanged(lastLoad.spare, l.Spare) {
+				l.Observer, l.Version, l.TTL = m.cfg.Name, next(now), m.cfg.ObservationTTL
 				if m.st.mergeLoad(l, now) {
 					m.queueLoad(m.st.loadRecordOf(l.Observer))
 				}
-				lastLoad.inFlight, lastLoad.at = in, now
+				lastLoad.inFlight, lastLoad.spare, lastLoad.at = l.InFlight, l.Spare, now
 			}
 		}
 	}
@@ -635,6 +636,29 @@ func moved(a, b time.Duration) bool {
 	}
 	r := float64(b) / float64(a)
 	return r > 1.2 || r < 1/1.2
+}
+
+// sparesChanged reports whether spare rate shares moved enough to tell:
+// a provider's share ran out or came back, or moved by a fifth.
+func sparesChanged(prev, cur []Spare) bool {
+	if len(prev) != len(cur) {
+		return true
+	}
+	for i := range cur {
+		p, c := prev[i], cur[i]
+		if p.Provider != c.Provider || (p.Requests == 0) != (c.Requests == 0) ||
+			float64(abs(c.Requests-p.Requests)) > 0.2*float64(max(p.Requests, 1)) {
+			return true
+		}
+	}
+	return false
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // loadChanged reports whether in-flight requests moved enough to tell.

@@ -66,7 +66,7 @@ func testCluster(t testing.TB, n int, edit func(i int, c *Config)) []*testNode {
 func startTestNode(t testing.TB, c Config) *testNode {
 	t.Helper()
 	tr := route.NewTracker(route.DefaultHealthConfig(), route.TrackerHooks{})
-	m, err := New(c, tr, func() (int, int) { return 0, 0 })
+	m, err := New(c, tr, func() Load { return Load{} })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,21 @@ type Load struct {
 	TTL      time.Duration
 	InFlight int // requests being served
 	Queue    int // requests waiting for capacity
+	// Spare is the unspent part of the node's rate share of each limited
+	// provider it holds one of (requests it may still send in the current
+	// window): a peer whose own share is spent forwards there. At most
+	// MaxSpares, most spare first.
+	Spare []Spare
 }
+
+// Spare is what is left of one node's rate share of one provider.
+type Spare struct {
+	Provider string
+	Requests int
+}
+
+// MaxSpares bounds the providers one load report names.
+const MaxSpares = 32
 
 // Message types, the first byte of every gossip message.
 const (
@@ -124,6 +138,13 @@ func (l *Load) encode(e *encoder) {
 	e.u32(ms32(l.TTL))
 	e.uvarint(uint64(max(l.InFlight, 0)))
 	e.uvarint(uint64(max(l.Queue, 0)))
+	// Added after the first release: older nodes stop reading here.
+	n := min(len(l.Spare), MaxSpares)
+	e.uvarint(uint64(n))
+	for _, s := range l.Spare[:n] {
+		e.str(s.Provider)
+		e.uvarint(uint64(max(s.Requests, 0)))
+	}
 }
 
 func decodeLoad(d *decoder) (Load, error) {
@@ -136,6 +157,19 @@ func decodeLoad(d *decoder) (Load, error) {
 		TTL:      fromMS(uint64(d.u32())),
 		InFlight: int(min(d.uvarint(), math.MaxInt32)),
 		Queue:    int(min(d.uvarint(), math.MaxInt32)),
+	}
+	if d.err == nil && len(d.b) > 0 { // a report of a newer node
+		n := d.uvarint()
+		if n > MaxSpares {
+			return Load{}, fmt.Errorf("gossip: load names %d spare shares, more than %d", n, MaxSpares)
+		}
+		for range n {
+			s := Spare{Provider: d.str(), Requests: int(min(d.uvarint(), math.MaxInt32))}
+			if d.err != nil || s.Provider == "" {
+				break
+			}
+			l.Spare = append(l.Spare, s)
+		}
 	}
 	if d.err == nil && l.Observer == "" {
 		return Load{}, fmt.Errorf("gossip: load without observer")

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -117,12 +118,26 @@ func TestObservationWireRoundTrip(t *testing.T) {
 	if err != nil || got != o {
 		t.Fatalf("round trip:\n got %+v\nwant %+v (%v)", got, o, err)
 	}
-	l := Load{Observer: "eu-1", Version: 7, TTL: time.Second, InFlight: 12, Queue: 3}
+	l := Load{Observer: "eu-1", Version: 7, TTL: time.Second, InFlight: 12, Queue: 3,
+		Spare: []Spare{{Provider: "openai-us", Requests: 120}, {Provider: "gpu-eu", Requests: 0}}}
 	e.b = nil
 	l.encode(&e)
 	d = decoder{b: e.b[1:]}
-	if gl, err := decodeLoad(&d); err != nil || gl != l {
+	if gl, err := decodeLoad(&d); err != nil || !reflect.DeepEqual(gl, l) {
 		t.Fatalf("load round trip: %+v %v", gl, err)
+	}
+	// A report of an older node, without spare shares, still decodes.
+	var old encoder
+	old.byte1(msgLoad)
+	old.byte1(loadVersion)
+	old.str("us-1")
+	old.uvarint(3)
+	old.u32(1000)
+	old.uvarint(5)
+	old.uvarint(0)
+	d = decoder{b: old.b[1:]}
+	if gl, err := decodeLoad(&d); err != nil || gl.Observer != "us-1" || gl.InFlight != 5 || gl.Spare != nil {
+		t.Fatalf("an older node's load: %+v %v", gl, err)
 	}
 }
 

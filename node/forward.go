@@ -1,12 +1,14 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +131,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
 		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
 		TraceParent: traceparent, TraceState: traceState(traceparent, incomingMetadata(stream.Context(), "tracestate")),
-		Priority: t.Priority, AdmitBy: start.Add(n.s.admissionWait),
+		Priority: t.Priority, AdmitBy: start.Add(n.s.admissionWait), Spilled: in.Spill,
 	}
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
@@ -325,6 +327,7 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	return f.hop(ctx, mem.Meta.RPC, t.Via, &pb.ForwardRequest{
 		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
 		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
+		Spill: t.Spill,
 	}, req.Chat.Stream, req.TraceParent, req.TraceState, routeNote, sink)
 }
 
@@ -490,6 +493,49 @@ type meshSnapshot struct {
 	byRegion map[string][]region.Candidate
 	byName   map[string]gossip.Member
 	load     map[string]int64 // requests in flight, by node
+	// spares are the peers with rate share left, by provider, nearest
+	// first.
+	spares map[string][]spareNode
+}
+
+type spareNode struct {
+	name, region string
+	jurisdiction region.Jurisdiction
+	rtt          time.Duration
+	requests     int
+}
+
+var _ route.SpareView = (*meshView)(nil)
+
+// Spare implements route.SpareView from the peers' gossiped load
+// reports (at most viaRefresh old, plus gossip's delay): a peer whose
+// share ran out since answers that it is over it, and the request moves
+// on.
+func (v *meshView) Spare(provider, inRegion string, j region.Jurisdiction, i int) (string, string, time.Duration, bool) {
+	for _, c := range v.snapshot().spares[provider] {
+		if c.requests > 0 && (inRegion == "" || c.region == inRegion) && (j == "" || c.jurisdiction == j) {
+			if i == 0 {
+				return c.name, c.region, c.rtt, true
+			}
+			i--
+		}
+	}
+	return "", "", 0, false
+}
+
+// loadReport is what this node gossips of its load: requests in flight
+// and the rate share it has left of each limited provider.
+func (n *Node) loadReport() gossip.Load {
+	l := gossip.Load{InFlight: int(n.inFlight.Load())}
+	if n.ledger != nil {
+		for _, s := range n.ledger.rates.Spares(n.now()) {
+			if len(l.Spare) == gossip.MaxSpares {
+				break
+			}
+			l.Spare = append(l.Spare, gossip.Spare{Provider: s.Provider, Requests: s.Requests})
+		}
+	}
+	return l
 }
 
 const viaRefresh = 250 * time.Millisecond
@@ -528,16 +574,24 @@ func (v *meshView) snapshot() *meshSnapshot {
 	}
 	v.at = now
 	loads := v.n.mesh.Loads()
-	out := &meshSnapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}, load: map[string]int64{}}
+	out := &meshSnapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}, load: map[string]int64{},
+		spares: map[string][]spareNode{}}
 	for _, mem := range v.n.mesh.Members() {
 		out.byName[mem.Name] = mem
 		out.load[mem.Name] = int64(loads[mem.Name].InFlight)
 		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
 			continue
 		}
+		for _, s := range loads[mem.Name].Spare {
+			out.spares[s.Provider] = append(out.spares[s.Provider], spareNode{name: mem.Name, region: mem.Meta.Region,
+				jurisdiction: region.Jurisdiction(mem.Meta.Jurisdiction), rtt: mem.RTT, requests: s.Requests})
+		}
 		out.byRegion[mem.Meta.Region] = append(out.byRegion[mem.Meta.Region], region.Candidate{
 			Name: mem.Name, RTT: mem.RTT, RTTKnown: mem.RTTKnown, Load: int64(loads[mem.Name].InFlight),
 		})
+	}
+	for _, cs := range out.spares {
+		slices.SortStableFunc(cs, func(a, b spareNode) int { return cmp.Compare(a.rtt, b.rtt) })
 	}
 	v.snap.Store(out)
 	return out

@@ -243,21 +243,61 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	plan, err := rt.planner.Plan(req, start)
-	if err != nil {
+	var waited time.Duration
+	for {
+		plan, err := rt.planner.Plan(req, n.now())
+		if err == nil {
+			res, err = n.exec.Execute(r.Context(), req, plan, sink)
+		}
+		if err == nil {
+			break
+		}
+		if w, again := n.admitAgain(r.Context(), req, err); again {
+			waited += w
+			continue
+		}
+		if res != nil {
+			res.AdmissionWait += waited
+		}
 		n.metrics.refused(err)
 		fail(err)
 		return
 	}
-	res, err = n.exec.Execute(r.Context(), req, plan, sink)
-	if err != nil {
-		n.metrics.refused(err)
-		fail(err)
-		return
-	}
+	res.AdmissionWait += waited
 	status = sink.status
 	if res.ClientGone {
 		status = statusClientClosed
+	}
+}
+
+// admitWaitStep bounds one wait for a rate share: the request is planned
+// again after it, as a share renewed or a window moved on may admit it.
+const admitWaitStep = 100 * time.Millisecond
+
+// admitAgain waits, when err refused req for a reason that lapses by
+// itself (every provider over this node's rate share or cooling down), a
+// step toward its admission deadline, and reports how long it waited and
+// whether to plan again: a request is refused 429 only once
+// limits.admission_wait has passed. Nothing was sent to the client.
+func (n *Node) admitAgain(ctx context.Context, req *route.Request, err error) (time.Duration, bool) {
+	var ra *route.RetryAfterError
+	if !errors.As(err, &ra) || !ra.Transient {
+		return 0, false
+	}
+	left := req.AdmitBy.Sub(n.now())
+	if left <= 0 {
+		return 0, false
+	}
+	wait := min(ra.After, left, admitWaitStep)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	n.admitted.rateWaiting.Add(1)
+	defer n.admitted.rateWaiting.Add(-1)
+	select {
+	case <-ctx.Done():
+		return 0, false
+	case <-t.C:
+		return wait, true
 	}
 }
 
@@ -424,6 +464,8 @@ func (n *Node) account(e decision, sp *span) {
 	if res != nil {
 		m.admissionWait.Observe(res.AdmissionWait.Seconds())
 		if res.AdmissionWait > 0 {
+			n.admitted.waited.Add(1)
+			n.admitted.waitedNs.Add(int64(res.AdmissionWait))
 			attrs = append(attrs, "admission_wait_ms", res.AdmissionWait.Milliseconds())
 		}
 	}

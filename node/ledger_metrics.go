@@ -32,7 +32,7 @@ var (
 	descLastContact = prometheus.NewDesc("llmesh_raft_last_contact_seconds",
 		"Seconds since this follower last heard from the leader (0 on the leader).", nil, nil)
 	descAdmissionQueue = prometheus.NewDesc("llmesh_admission_queue_depth",
-		"Requests waiting on this node for budget escrow (a top-up in flight).", nil, nil)
+		"Requests waiting on this node for budget escrow (a top-up in flight) or a rate share.", nil, nil)
 	descRateShare = prometheus.NewDesc("llmesh_rate_share_per_minute",
 		"This node's share of a provider's mesh-wide rate, by provider and dimension (requests or tokens).", []string{"provider", "dimension"}, nil)
 )
@@ -52,7 +52,7 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLeases, float64(leases), "node")
 	gauge(descReserved, free.USD(), "node")
 	gauge(descInflight, inflight.USD())
-	gauge(descAdmissionQueue, float64(l.budgets.Waiting()))
+	gauge(descAdmissionQueue, float64(l.budgets.Waiting()+int(c.n.admitted.rateWaiting.Load())))
 	for p, s := range l.rates.Shares(time.Now()) {
 		for i, dim := range []string{"requests", "tokens"} {
 			if !math.IsInf(s[i], 0) {

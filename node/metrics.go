@@ -36,8 +36,6 @@ type metrics struct {
 	forwardsOut   prometheus.Counter
 	handoffs      *prometheus.CounterVec
 	refusals      *prometheus.CounterVec
-	// rateLimited, when set, is told of every 429 (the rate holder).
-	rateLimited func(provider string)
 }
 
 // latencyBuckets span a cached answer (5 ms) to a long generation (5 min).
@@ -135,9 +133,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) Attempt(provider string, o route.Outcome, d time.Duration) {
 	m.attempts.WithLabelValues(provider, string(o)).Inc()
 	m.attemptTime.WithLabelValues(provider).Observe(d.Seconds())
-	if o == route.OutcomeRateLimited && m.rateLimited != nil {
-		m.rateLimited(provider)
-	}
 }
 
 // refused counts err when it refused a client's request for its

@@ -80,6 +80,10 @@ type Node struct {
 	forward    *forwarder
 	ledger     *ledger // nil when the node has no part in the ledger
 	inFlight   atomic.Int64
+	// admitted counts the requests that waited for admission, and how
+	// long in all.
+	// rateWaiting are those waiting now for a rate share.
+	admitted struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *prober
 	decided    decisions // the last routing decisions, for the dashboard
 	tracer     *tracer   // nil unless tracing.otlp_endpoint is set
@@ -177,7 +181,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		if opts.GossipTuning != nil {
 			opts.GossipTuning(&gc)
 		}
-		mesh, err := gossip.New(gc, n.tracker, func() (int, int) { return int(n.inFlight.Load()), 0 })
+		mesh, err := gossip.New(gc, n.tracker, n.loadReport)
 		if err != nil {
 			return nil, err
 		}
@@ -195,7 +199,6 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		}
 		n.ledger = l
 		quota, budget = l.rates, l.budgets
-		n.metrics.rateLimited = l.rates.RateLimited
 		opts.Registry.MustRegister(&ledgerCollector{n: n})
 	}
 	n.replicas = route.NewTracker(s.health, route.TrackerHooks{
@@ -214,7 +217,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		// Other regions' region-reach providers are served through a
 		// node of their region.
 		view := &meshView{n: n}
-		planner.Mesh = view
+		planner.Mesh, planner.Spares = view, view
 		n.forward = newForwarder(n, view)
 		fwd = n.forward
 	}

@@ -35,7 +35,20 @@ type Status struct {
 	// Leases are the budget leases and rate shares this node holds.
 	Leases     []LeaseInfo     `json:"budget_leases"`
 	RateShares []RateShareInfo `json:"rate_shares"`
-	UptimeSec  float64         `json:"uptime_s"`
+	// Admission is this node's admission queue.
+	Admission AdmissionInfo `json:"admission"`
+	UptimeSec float64       `json:"uptime_s"`
+}
+
+// AdmissionInfo is how requests wait for budget escrow or a rate share on
+// a node: how many wait now, and how many did since it started and for
+// how long in all.
+type AdmissionInfo struct {
+	Waiting    int     `json:"waiting"`
+	Waited     int64   `json:"waited_total"`
+	WaitedSec  float64 `json:"waited_seconds_total"`
+	MaxWaitSec float64 `json:"max_wait_s"` // limits.admission_wait
+	QueueLimit int     `json:"queue_limit"`
 }
 
 // LeaseInfo is a budget lease this node holds.
@@ -54,6 +67,9 @@ type RateShareInfo struct {
 	Provider string  `json:"provider"`
 	RPM      float64 `json:"rpm"`
 	TPM      float64 `json:"tpm"`
+	// Spare is what is left of it in the current window, in requests
+	// (gossiped: peers whose share is spent forward here); -1 unknown.
+	Spare int `json:"spare"`
 }
 
 func (n *Node) status(w http.ResponseWriter, r *http.Request) {
@@ -68,6 +84,8 @@ func (n *Node) Status(ctx context.Context) Status {
 		Phase: n.Phase(), Ready: n.Ready(), InFlight: n.inFlight.Load(), Role: "member",
 		Members: map[string]int{}, Providers: []string{}, Unhealthy: []string{},
 		Leases: []LeaseInfo{}, RateShares: []RateShareInfo{}, UptimeSec: now.Sub(n.started).Seconds(),
+		Admission: AdmissionInfo{Waited: n.admitted.waited.Load(), WaitedSec: time.Duration(n.admitted.waitedNs.Load()).Seconds(),
+			MaxWaitSec: n.s.admissionWait.Seconds(), QueueLimit: n.s.admissionQueue},
 	}
 	if n.s.voter {
 		st.Role = "voter"
@@ -99,8 +117,16 @@ func (n *Node) Status(ctx context.Context) Status {
 			st.Leases = append(st.Leases, LeaseInfo{Tenant: hl.Tenant, Period: hl.Period, GrantedUSD: hl.Granted.USD(),
 				SpentUSD: hl.Spent.USD(), InflightUSD: hl.Inflight.USD(), ExpiresSec: max(hl.Expires.Sub(now).Seconds(), 0)})
 		}
+		st.Admission.Waiting = l.budgets.Waiting() + int(n.admitted.rateWaiting.Load())
+		spare := map[string]int{}
+		for _, s := range l.rates.Spares(now) {
+			spare[s.Provider] = s.Requests
+		}
 		for p, s := range l.rates.Shares(now) {
-			info := RateShareInfo{Provider: p, RPM: s[0], TPM: s[1]}
+			info := RateShareInfo{Provider: p, RPM: s[0], TPM: s[1], Spare: -1}
+			if v, ok := spare[p]; ok {
+				info.Spare = v
+			}
 			if math.IsInf(info.RPM, 0) {
 				info.RPM = -1
 			}

@@ -131,10 +131,13 @@ func (x *ApplyReply) GetLeader() string {
 }
 
 type RatesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Demands       []*RateDemand          `protobuf:"bytes,2,rep,name=demands,proto3" json:"demands,omitempty"`
-	Hops          uint32                 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Demands []*RateDemand          `protobuf:"bytes,2,rep,name=demands,proto3" json:"demands,omitempty"`
+	Hops    uint32                 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	// boot is a nonce of the node's process: a restarted node's earlier
+	// grants keep counting against the capacity. 0 from older nodes.
+	Boot          int64 `protobuf:"varint,4,opt,name=boot,proto3" json:"boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -190,6 +193,13 @@ func (x *RatesRequest) GetHops() uint32 {
 	return 0
 }
 
+func (x *RatesRequest) GetBoot() int64 {
+	if x != nil {
+		return x.Boot
+	}
+	return 0
+}
+
 // RateDemand is what a node wants of one provider, and what it holds.
 type RateDemand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -199,6 +209,7 @@ type RateDemand struct {
 	HeldRpm       float64                `protobuf:"fixed64,4,opt,name=held_rpm,json=heldRpm,proto3" json:"held_rpm,omitempty"`
 	HeldTpm       float64                `protobuf:"fixed64,5,opt,name=held_tpm,json=heldTpm,proto3" json:"held_tpm,omitempty"`
 	Saw_429       bool                   `protobuf:"varint,6,opt,name=saw_429,json=saw429,proto3" json:"saw_429,omitempty"` // the provider answered 429 since the last renewal
+	Nodes         int32                  `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`                 // nodes the asking node sees in the mesh
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,6 +284,13 @@ func (x *RateDemand) GetSaw_429() bool {
 		return x.Saw_429
 	}
 	return false
+}
+
+func (x *RateDemand) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
 }
 
 type RatesReply struct {
@@ -405,7 +423,7 @@ func (x *RateGrant) GetUnlimited() bool {
 
 type ReadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	What          string                 `protobuf:"bytes,1,opt,name=what,proto3" json:"what,omitempty"` // books | tenants | rates | peers
+	What          string                 `protobuf:"bytes,1,opt,name=what,proto3" json:"what,omitempty"` // books | tenants | rates | shares | recalls | peers
 	Linearizable  bool                   `protobuf:"varint,2,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
 	Hops          uint32                 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -534,11 +552,12 @@ const file_ledger_proto_rawDesc = "" +
 	"\n" +
 	"ApplyReply\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\x12\x16\n" +
-	"\x06leader\x18\x02 \x01(\tR\x06leader\"g\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"{\n" +
 	"\fRatesRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12/\n" +
 	"\ademands\x18\x02 \x03(\v2\x15.llmesh.v1.RateDemandR\ademands\x12\x12\n" +
-	"\x04hops\x18\x03 \x01(\rR\x04hops\"\xad\x01\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\x12\x12\n" +
+	"\x04boot\x18\x04 \x01(\x03R\x04boot\"\xc3\x01\n" +
 	"\n" +
 	"RateDemand\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x19\n" +
@@ -546,7 +565,8 @@ const file_ledger_proto_rawDesc = "" +
 	"\bwant_tpm\x18\x03 \x01(\x01R\awantTpm\x12\x19\n" +
 	"\bheld_rpm\x18\x04 \x01(\x01R\aheldRpm\x12\x19\n" +
 	"\bheld_tpm\x18\x05 \x01(\x01R\aheldTpm\x12\x17\n" +
-	"\asaw_429\x18\x06 \x01(\bR\x06saw429\"t\n" +
+	"\asaw_429\x18\x06 \x01(\bR\x06saw429\x12\x14\n" +
+	"\x05nodes\x18\a \x01(\x05R\x05nodes\"t\n" +
 	"\n" +
 	"RatesReply\x12,\n" +
 	"\x06grants\x18\x01 \x03(\v2\x14.llmesh.v1.RateGrantR\x06grants\x12\x19\n" +

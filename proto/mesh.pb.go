@@ -42,7 +42,11 @@ type ForwardRequest struct {
 	// handoff marks a request a draining node no longer serves itself: the
 	// receiver plans it as if a client had called it (it may forward it to
 	// a node of another region once more), but never hands it on.
-	Handoff       bool `protobuf:"varint,9,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	Handoff bool `protobuf:"varint,9,opt,name=handoff,proto3" json:"handoff,omitempty"`
+	// spill marks a request sent here because the origin's own rate share
+	// of provider is spent: the origin counts it as its demand, so the
+	// receiver spends its share on it without counting it as its own.
+	Spill         bool `protobuf:"varint,10,opt,name=spill,proto3" json:"spill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +140,13 @@ func (x *ForwardRequest) GetBody() []byte {
 func (x *ForwardRequest) GetHandoff() bool {
 	if x != nil {
 		return x.Handoff
+	}
+	return false
+}
+
+func (x *ForwardRequest) GetSpill() bool {
+	if x != nil {
+		return x.Spill
 	}
 	return false
 }
@@ -399,7 +410,7 @@ var File_mesh_proto protoreflect.FileDescriptor
 const file_mesh_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"mesh.proto\x12\tllmesh.v1\"\x88\x02\n" +
+	"mesh.proto\x12\tllmesh.v1\"\x9e\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -410,7 +421,9 @@ const file_mesh_proto_rawDesc = "" +
 	"\asession\x18\x06 \x01(\tR\asession\x12\x1a\n" +
 	"\bprovider\x18\a \x01(\tR\bprovider\x12\x12\n" +
 	"\x04body\x18\b \x01(\fR\x04body\x12\x18\n" +
-	"\ahandoff\x18\t \x01(\bR\ahandoff\"\x83\x01\n" +
+	"\ahandoff\x18\t \x01(\bR\ahandoff\x12\x14\n" +
+	"\x05spill\x18\n" +
+	" \x01(\bR\x05spill\"\x83\x01\n" +
 	"\fForwardReply\x12%\n" +
 	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12.\n" +

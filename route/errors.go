@@ -24,6 +24,11 @@ var (
 type RetryAfterError struct {
 	After time.Duration
 	Msg   string
+	// Transient means the refusal lapses by itself, within After: a rate
+	// window moves on, a cooldown ends, a share is renewed. A request may
+	// wait for it (within limits.admission_wait) instead of being
+	// refused.
+	Transient bool
 }
 
 func (e *RetryAfterError) Error() string {

@@ -290,7 +290,11 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			hold = h
 		}
 		if e.quota != nil {
-			if ok, wait := e.quota.Take(t.Provider(), t.Tokens, now); !ok {
+			take := e.quota.Take
+			if st, ok := e.quota.(spillTaker); ok && req.Spilled && t.Provider() == req.Hint {
+				take = st.TakeSpilled
+			}
+			if ok, wait := take(t.Provider(), t.Tokens, now); !ok {
 				release()
 				if hold != nil {
 					hold.Settle(0)
@@ -327,13 +331,19 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 	switch {
 	case lastErr == nil && rateWait > 0,
 		attempts > 0 && allRateLimited(res.Attempts):
-		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited"}
+		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: true}
 	case lastErr == nil:
 		return res, fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
 	case errors.Is(lastErr, ErrUpstream):
 		return res, fmt.Errorf("%w: %s failed: %s", ErrUpstream, plural(len(failed), "provider", "providers"), strings.Join(failed, "; "))
 	}
 	return res, lastErr
+}
+
+// spillTaker is a QuotaGate that can take for a request a peer spilled
+// here without counting it as this node's demand.
+type spillTaker interface {
+	TakeSpilled(provider string, tokens int, now time.Time) (bool, time.Duration)
 }
 
 // finish records an attempt and reports whether the request is done,
@@ -442,6 +452,14 @@ func (e *Executor) settle(t *Target, adm, radm Admission, a *attemptResult, hold
 			tr.Failure(ad, now)
 		}
 		return 0
+	}
+	if a.Outcome == OutcomeRateLimited {
+		// The provider's own 429 (this node called it): the mesh-wide
+		// share handed out shrinks. A peer's refusal of a forward is
+		// not one, and never gets here.
+		if rl, ok := e.quota.(interface{ RateLimited(provider string) }); ok {
+			rl.RateLimited(t.Provider())
+		}
 	}
 	if radm.provider == "" {
 		cooldown = report(e.tracker, adm)

@@ -34,6 +34,10 @@ type Request struct {
 	// AdmitBy is when waiting for budget escrow or a rate share ends
 	// (limits.admission_wait after arrival); zero: no wait.
 	AdmitBy time.Time
+	// Spilled means a peer whose own rate share of Hint is spent sent
+	// the request here: it counted the request as its demand, so this
+	// node's share serves it without counting it as this node's.
+	Spilled bool
 	// TraceParent is the W3C traceparent sent to the provider (and, by a
 	// node, to the peer it forwards through); "" sends none. TraceState
 	// is the caller's tracestate, passed on with it.
@@ -65,6 +69,9 @@ type Target struct {
 	// Sticky means the session's last provider, Hinted the provider the
 	// forwarding node planned for: either is tried first while healthy.
 	Sticky, Hinted bool
+	// Spill means this node's own rate share of the provider is spent
+	// and Via is a peer that has some left.
+	Spill bool
 }
 
 // Provider returns the target's provider name.
@@ -160,6 +167,16 @@ type MeshView interface {
 	Via(region string) (node string, rtt time.Duration, ok bool)
 }
 
+// SpareView finds peers with unspent rate share of a provider, for a
+// node whose own share is spent. gossip provides it.
+type SpareView interface {
+	// Spare returns the i-th (from 0) of the alive, non-draining peers
+	// that have share of provider left, nearest by RTT first, in region
+	// inRegion ("" for any) and, when j is not empty, in a region of
+	// jurisdiction j; ok is false past the last.
+	Spare(provider, inRegion string, j region.Jurisdiction, i int) (node, nodeRegion string, rtt time.Duration, ok bool)
+}
+
 // Planner turns a request and a read-only view of the providers into a
 // Plan. It never blocks and never changes anything: a QuotaGate is only
 // asked, never taken from.
@@ -181,6 +198,9 @@ type Planner struct {
 	Mesh MeshView
 	// Affinity remembers each session's provider; nil: none.
 	Affinity *Affinity
+	// Spares finds peers with rate share left where this node's is
+	// spent; nil: a node over its share skips the provider.
+	Spares SpareView
 }
 
 // Plan returns the targets for req in the order to try them. It fails
@@ -283,14 +303,66 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 			continue
 		}
 		if p.Quota != nil && t.Via == "" {
-			if ok, wait := p.Quota.Allow(pv.Name, t.Tokens, now); !ok {
-				plan.skip(pv.Name, "over this node's rate share", false, wait)
+			allow := p.Quota.Allow
+			if sa, ok := p.Quota.(spillAllower); ok && req.Spilled && pv.Name == req.Hint {
+				allow = sa.AllowSpilled
+			}
+			if ok, wait := allow(pv.Name, t.Tokens, now); !ok {
+				if !p.spill(req, t, plan) {
+					plan.skip(pv.Name, "over this node's rate share", false, wait)
+				}
 				continue
 			}
 		}
 		plan.Targets = p.appendReplicas(plan.Targets, t, req, now)
 	}
 	return compliant
+}
+
+// spillAllower is a QuotaGate that can ask for a request a peer spilled
+// here without counting a refusal as this node's demand.
+type spillAllower interface {
+	AllowSpilled(provider string, tokens int, now time.Time) (bool, time.Duration)
+}
+
+// maxSpill is how many peers with share left a plan tries, nearest
+// first: one that went away since gossip last heard of it is not the end.
+const maxSpill = 2
+
+// spill adds targets sending t through peers that have rate share of its
+// provider left, for a node whose own share is spent: peers that can
+// reach the provider and, with strict transit, lie in the residency's
+// jurisdiction. A forwarded request is not forwarded again. It reports
+// whether it added any.
+func (p *Planner) spill(req *Request, t Target, plan *Plan) bool {
+	if p.Spares == nil || p.Mesh == nil || req.Forwarded {
+		return false
+	}
+	pv := t.Offer.Provider
+	inRegion := ""
+	if pv.Reach == ReachRegion {
+		inRegion = pv.Region
+	}
+	var j region.Jurisdiction
+	strict := req.StrictTransit && req.Residency.Restricted()
+	if strict {
+		j = req.Residency.Jurisdiction
+	}
+	added := 0
+	for i := 0; added < maxSpill; i++ {
+		node, nodeRegion, rtt, ok := p.Spares.Spare(pv.Name, inRegion, j, i)
+		if !ok {
+			break
+		}
+		if node == p.Self || (inRegion != "" && nodeRegion != inRegion) || (strict && !p.inJurisdiction(nodeRegion, j)) {
+			continue
+		}
+		st := t
+		st.Via, st.ViaRegion, st.ViaRTT, st.Spill = node, nodeRegion, rtt, true
+		plan.Targets = append(plan.Targets, st)
+		added++
+	}
+	return added > 0
 }
 
 // offers returns the offers for the request's model, or for the members
@@ -401,7 +473,7 @@ func (plan *Plan) unavailable(req *Request) error {
 		}
 	}
 	if wait > 0 {
-		return &RetryAfterError{After: wait, Msg: "every provider of the model is rate limited (" + strings.Join(reasons, "; ") + ")"}
+		return &RetryAfterError{After: wait, Msg: "every provider of the model is rate limited (" + strings.Join(reasons, "; ") + ")", Transient: true}
 	}
 	if plan.residencySkips() > 0 {
 		return fmt.Errorf("%w: no provider allowed for residency %s is available (%s)", ErrNoCompliantProvider, req.Residency, strings.Join(reasons, "; "))
@@ -432,7 +504,10 @@ func (plan *Plan) Why(i int) []string {
 	default:
 		why = append(why, "not observed yet: counts as fast")
 	}
-	if t.Via != "" {
+	switch {
+	case t.Spill:
+		why = append(why, fmt.Sprintf("this node's rate share is spent: through node %s, which has share left (rtt %dms)", t.Via, t.ViaRTT.Milliseconds()))
+	case t.Via != "":
 		why = append(why, fmt.Sprintf("reachable only from region %s: through node %s (rtt %dms)", t.ViaRegion, t.Via, t.ViaRTT.Milliseconds()))
 	}
 	if t.Offer.Provider.Ring != nil && t.Via == "" {
@@ -463,6 +538,9 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 	}
 	if t.Via != "" {
 		fmt.Fprintf(&b, ", via %s", t.Via)
+		if t.Spill {
+			b.WriteString(": this node's rate share is spent")
+		}
 	}
 	if t.Sticky {
 		b.WriteString(", session affinity")

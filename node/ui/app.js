@@ -164,8 +164,16 @@ function renderShares(shares) {
   const per = (v) => (v < 0 ? "unlimited" : Math.floor(v).toLocaleString());
   $("#shares tbody").innerHTML =
     shares.filter((s) => matches(s.provider)).map((s) =>
-      `<tr><td>${esc(s.provider)}</td><td class="num">${per(s.rpm)}</td><td class="num">${per(s.tpm)}</td></tr>`).join("") ||
-    `<tr><td colspan="3" class="muted">${shares.length ? "no rate share matches" : "no rate-limited provider"}</td></tr>`;
+      `<tr><td>${esc(s.provider)}</td><td class="num">${per(s.rpm)}</td><td class="num">${per(s.tpm)}</td>
+        <td class="num">${s.spare < 0 ? "" : s.spare.toLocaleString()}</td></tr>`).join("") ||
+    `<tr><td colspan="4" class="muted">${shares.length ? "no rate share matches" : "no rate-limited provider"}</td></tr>`;
+}
+
+function renderAdmission(a) {
+  if (!a) return;
+  const mean = a.waited_total ? ` (mean ${(1000 * a.waited_seconds_total / a.waited_total).toFixed(1)} ms)` : "";
+  $("#admission").textContent = `Admission: ${a.waiting} of at most ${a.queue_limit} waiting now for escrow or a rate share; ` +
+    `${a.waited_total.toLocaleString()} requests waited since start${mean}, each at most ${a.max_wait_s} s.`;
 }
 
 function renderDecisions(decisions) {
@@ -198,6 +206,7 @@ function render() {
   renderProviders(providers);
   renderBudgets(budgets, budgetsErr);
   renderShares(status.rate_shares);
+  renderAdmission(status.admission);
   renderDecisions(decisions);
   window.llmeshRenderMs = performance.now() - began; // shown with the refresh time; the browser test reads it
 }
