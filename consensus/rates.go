@@ -155,8 +155,11 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 		}
 		rb := l.s.Shares[d.Provider]
 		if rb == nil {
-			rb = &rateBook{Holders: map[string]*rateHolding{}, Cut: 1}
+			rb = &rateBook{Cut: 1}
 			l.s.Shares[d.Provider] = rb
+		}
+		if rb.Holders == nil { // (a snapshot's empty book)
+			rb.Holders = map[string]*rateHolding{}
 		}
 		f := rb.cut(d.Saw429, now)
 		h := rb.Holders[c.Node]

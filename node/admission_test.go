@@ -48,18 +48,34 @@ func chatStatus(t *testing.T, c openai.Client, maxTokens int64) int {
 }
 
 // A tenant with a $0.05 total budget and a burst of 200 requests, 24 at
-// a time, spread over three nodes: no request is refused with 429 (lease
+// a time, spread over three nodes (and over ten: three voters and seven
+// nodes that lease from them): no request is refused with 429 (lease
 // mechanics are not the client's problem), every one is answered 200
 // until the budget is spent and 402 after; the provider charges at most
 // the budget and within one request's upper bound of it; and then every
 // node answers 402 within a second.
 func TestBurstSpendsTheBudgetWithoutRefusals(t *testing.T) {
+	for _, n := range []int{3, 10} {
+		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
+			if n > 3 && testing.Short() {
+				t.Skip("ten nodes")
+			}
+			burst(t, n)
+		})
+	}
+}
+
+func burst(t *testing.T, nodes int) {
 	const budget = 0.05
 	// 5 to 20 completion tokens at $100 per million: a request may cost
 	// up to $0.002 (the prompt adds a few millionths).
-	m := startMeshWith(t, 3, []upstream{{name: "p", kind: "openai", in: 1, out: 100}}, voters(t, 3, func(i int, c *node.Config) {
+	m := startMeshWith(t, nodes, []upstream{{name: "p", kind: "openai", in: 1, out: 100}}, func(i int, c *node.Config) {
 		c.Tenants[0].Budget = &node.BudgetSection{USD: budget, Period: "total"}
-	}), fastRaft)
+		c.Node.RPC, c.Node.DataDir = "127.0.0.1:0", t.TempDir()
+		if i < 3 {
+			c.Node.Voter, c.Node.BootstrapExpect, c.Node.Raft = true, 3, "127.0.0.1:0"
+		}
+	}, fastRaft)
 	clients := make([]openai.Client, len(m.urls))
 	for i, u := range m.urls {
 		clients[i] = openai.NewClient(option.WithBaseURL(u+"/v1/"), option.WithAPIKey(testKey), option.WithMaxRetries(0))
@@ -74,7 +90,7 @@ func TestBurstSpendsTheBudgetWithoutRefusals(t *testing.T) {
 	for w := range 24 {
 		wg.Go(func() {
 			for i := next.Add(1); i <= 200; i = next.Add(1) {
-				count(chatStatus(t, clients[w%3], 5+i%16))
+				count(chatStatus(t, clients[w%nodes], 5+i%16))
 			}
 		})
 	}
@@ -82,7 +98,7 @@ func TestBurstSpendsTheBudgetWithoutRefusals(t *testing.T) {
 	got := map[int]int64{}
 	codes.Range(func(k, v any) bool { got[k.(int)] = v.(*atomic.Int64).Load(); return true })
 	charged := m.emus["p"].Stats().ChargedUSD
-	t.Logf("answers: %v; the provider charged $%.6f of $%.2f", got, charged, budget)
+	t.Logf("%d nodes: answers %v; the provider charged $%.6f of $%.2f (%.1f%%)", nodes, got, charged, budget, 100*charged/budget)
 	for code, n := range got {
 		if code != 200 && code != 402 {
 			t.Errorf("%d requests answered %d", n, code)

@@ -74,16 +74,16 @@ type Node struct {
 	// the file's, and the ledger's once read (refreshTenants).
 	tenants atomic.Pointer[tenantKeys]
 
-	mesh       *gossip.Mesh // nil when the node does not gossip
-	grpc       *grpc.Server // nil without node.rpc
-	rpcLn      net.Listener
-	forward    *forwarder
-	ledger     *ledger // nil when the node has no part in the ledger
-	inFlight   atomic.Int64
+	mesh     *gossip.Mesh // nil when the node does not gossip
+	grpc     *grpc.Server // nil without node.rpc
+	rpcLn    net.Listener
+	forward  *forwarder
+	ledger   *ledger // nil when the node has no part in the ledger
+	inFlight atomic.Int64
 	// admitted counts the requests that waited for admission, and how
 	// long in all.
 	// rateWaiting are those waiting now for a rate share.
-	admitted struct{ waited, waitedNs, rateWaiting atomic.Int64 }
+	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *prober
 	decided    decisions // the last routing decisions, for the dashboard
 	tracer     *tracer   // nil unless tracing.otlp_endpoint is set

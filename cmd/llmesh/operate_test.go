@@ -523,6 +523,24 @@ func TestDemo(t *testing.T) {
 	if !strings.Contains(text, "budget_exceeded") {
 		t.Error("initech's budget never ran out")
 	}
+	// No request of a tenant with budget left is refused: none was
+	// retried after a 429, and initech's answers are 200s until its
+	// budget is spent, then 402s.
+	if strings.Contains(text, "×429") {
+		t.Error("a request was refused with 429 and retried")
+	}
+	spent := false
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) < 6 || f[0] != "initech" || !strings.Contains(l, "gpt-4o-mini") {
+			continue
+		}
+		switch ok := strings.Contains(l, " 200 "); {
+		case strings.Contains(l, " 402 budget_exceeded"):
+			spent = true
+		case spent || !ok:
+			t.Errorf("initech answered other than 200 before its budget ran out, or than 402 after: %s", l)
+		}
+	}
 	if usAPI == "" {
 		t.Fatal("no address for us-1")
 	}
