@@ -292,7 +292,8 @@ func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*es
 		l.lastUse = now
 		return &escrowHold{h: h, l: l, upper: upper}, nil
 	}
-	if l != nil && h.synced && l.headroom < upper && l.free() < upper {
+	if l != nil && h.synced && now.Before(l.expires) && l.headroom < upper && l.free() < upper {
+		h.kickLocked() // the next request learns of a raised limit at once
 		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
 			route.ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
 	}
@@ -397,7 +398,7 @@ func (h *BudgetHolder) Run(ctx context.Context) {
 		case <-h.kick:
 		case <-retry.C:
 		}
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 		_ = h.sync(sctx, false)
 		cancel()
 		h.mu.Lock()
@@ -408,6 +409,11 @@ func (h *BudgetHolder) Run(ctx context.Context) {
 		}
 	}
 }
+
+// syncTimeout bounds one sync: a leader that froze or died must not
+// hold top-ups up for longer than requests can wait for them; the next
+// sync goes to whoever leads by then.
+const syncTimeout = 2 * time.Second
 
 // shortRetry is how soon a node asks again for escrow that waiting
 // requests need and the books could not grant: others are giving theirs
@@ -434,7 +440,7 @@ func (h *BudgetHolder) pollRecalls(ctx context.Context) {
 	poll := h.recalls != nil && h.synced && now.Sub(h.lastPoll) >= h.interval
 	idle := false
 	for _, l := range h.leases {
-		if l.free() > 0 && l.inflight == 0 && !l.exact(now) && now.Sub(l.lastUse) >= h.interval {
+		if l.free() > 0 && !l.exact(now) && now.Sub(l.lastUse) >= h.interval {
 			idle = true
 		}
 	}
@@ -703,7 +709,10 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 		// lease held free goes back in the same sync).
 		return max(need-max(l.free(), 0), 0)
 	}
-	target := max(need*2, 2*l.peak+Nanos(l.rate*escrowHorizon.Seconds()), 4*l.largest, minEscrow)
+	target := max(need*2, 2*l.peak+Nanos(l.rate*escrowHorizon.Seconds()), 4*l.largest)
+	if l.largest == 0 {
+		target = max(target, minEscrow) // not used yet: what it was fetched ahead with
+	}
 	free := l.free()
 	if free >= target/2 && need <= free {
 		return 0
@@ -746,7 +755,9 @@ func (h *BudgetHolder) parkIdleLocked(now time.Time) {
 		switch {
 		case need == 0 && now.Sub(l.lastUse) >= parkAfter:
 			h.parked[tenant] = true
-		case need > l.free() && l.headroom >= need:
+		case need > l.free() && l.headroom >= need && len(h.waiting) == 0:
+			// (Requests waiting in the queue ask for exactly what they
+			// need instead, which the books grant whole or recall.)
 			h.backoff[tenant] = now.Add(h.interval + h.jitter(2*h.interval+1))
 		default:
 			continue
@@ -773,8 +784,11 @@ func (h *BudgetHolder) releasing(tenant string) bool {
 // to a budget with nothing left unleased.
 const parkAfter = 5 * time.Second
 
-// minEscrow is the least escrow a node asks for: one cent.
-const minEscrow = NanosPerUSD / 100
+// minEscrow is the escrow a node fetches for a tenant before it knows
+// what the tenant's requests cost: a tenth of a cent. Once it does, the
+// escrow follows demand (what a node that crashes takes with it is about
+// escrowHorizon of its spending).
+const minEscrow = NanosPerUSD / 1000
 
 // absorb takes the leader's view of this node's leases.
 func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {

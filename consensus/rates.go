@@ -1,9 +1,11 @@
 package consensus
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -127,6 +129,15 @@ func ratesCommand(node string, boot int64, demands []Demand, lease, window time.
 	return newCommand("", CmdRates, RatesCmd{Node: node, Boot: boot, Demands: ds, Lease: int64(lease), Window: int64(window)})
 }
 
+// clampWant bounds a node's stated demand to what any capacity could be
+// (a peer's bug must not make a share NaN or infinite in the ledger).
+func clampWant(v float64) float64 {
+	if math.IsNaN(v) {
+		return 1
+	}
+	return min(max(v, 1), 1e15)
+}
+
 func finiteWant(v float64) float64 {
 	if math.IsInf(v, 0) || math.IsNaN(v) {
 		return math.MaxFloat32
@@ -167,7 +178,12 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 			// The node restarted and forgot what it sent: its earlier
 			// grants count as another holder's.
 			h.WantRPM, h.WantTPM, h.Seen = 0, 0, 0
-			rb.Holders[c.Node+"#"+strconv.FormatInt(h.Boot, 36)] = h
+			ghost := c.Node + "#" + strconv.FormatInt(h.Boot, 36)
+			if g := rb.Holders[ghost]; g != nil { // that boot again: both count
+				h.Grants = append(g.Grants, h.Grants...)
+				slices.SortStableFunc(h.Grants, func(a, b rateGrant) int { return cmp.Compare(a.Expires, b.Expires) })
+			}
+			rb.Holders[ghost] = h
 			h = nil
 		}
 		if h == nil {
@@ -177,7 +193,7 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 		if c.Boot != 0 {
 			h.Boot = c.Boot
 		}
-		h.WantRPM, h.WantTPM, h.Seen = max(d.WantRPM, 1), max(d.WantTPM, 1), now
+		h.WantRPM, h.WantTPM, h.Seen = clampWant(d.WantRPM), clampWant(d.WantTPM), now
 		g := RateGrant{Provider: d.Provider, RPM: -1, TPM: -1}
 		rec := rateGrant{Expires: now + lease}
 		if capy.RPM > 0 {

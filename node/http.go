@@ -254,6 +254,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		if w, again := n.admitAgain(r.Context(), req, err); again {
 			waited += w
+			req.Replanned = true
 			continue
 		}
 		if res != nil {

@@ -257,25 +257,9 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			continue
 		}
 		now := e.now()
-		adm, ok := e.tracker.Acquire(t.Provider(), now)
-		if !ok {
-			continue // ejected or cooled down since planning
-		}
-		var radm Admission
-		ring := t.Offer.Provider.Ring
-		if ring != nil && e.replicas != nil {
-			if radm, ok = e.replicas.Acquire(t.Offer.Provider.ReplicaKey(t.Replica), now); !ok {
-				e.tracker.Release(adm)
-				continue // this replica is ejected; the next target is another
-			}
-		}
+		// Budget first: a request waiting for escrow holds no provider's
+		// admission (a half-open probe's among them) while it waits.
 		var hold BudgetHold
-		release := func() {
-			e.tracker.Release(adm)
-			if radm.provider != "" {
-				e.replicas.Release(radm)
-			}
-		}
 		if e.budget != nil {
 			h, err := e.budget.Reserve(ctx, req.Tenant, t.MaxCost, req.Priority, req.AdmitBy, now)
 			if waited := e.now().Sub(now); waited > 0 {
@@ -283,11 +267,34 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 				now = e.now()
 			}
 			if err != nil {
-				release()
 				lastErr = err
 				continue
 			}
 			hold = h
+		}
+		adm, ok := e.tracker.Acquire(t.Provider(), now)
+		if !ok {
+			if hold != nil {
+				hold.Settle(0)
+			}
+			continue // ejected or cooled down since planning
+		}
+		var radm Admission
+		ring := t.Offer.Provider.Ring
+		if ring != nil && e.replicas != nil {
+			if radm, ok = e.replicas.Acquire(t.Offer.Provider.ReplicaKey(t.Replica), now); !ok {
+				e.tracker.Release(adm)
+				if hold != nil {
+					hold.Settle(0)
+				}
+				continue // this replica is ejected; the next target is another
+			}
+		}
+		release := func() {
+			e.tracker.Release(adm)
+			if radm.provider != "" {
+				e.replicas.Release(radm)
+			}
 		}
 		if e.quota != nil {
 			take := e.quota.Take

@@ -38,6 +38,9 @@ type Request struct {
 	// the request here: it counted the request as its demand, so this
 	// node's share serves it without counting it as this node's.
 	Spilled bool
+	// Replanned means the request is planned again after waiting for a
+	// rate share: its demand was counted the first time.
+	Replanned bool
 	// TraceParent is the W3C traceparent sent to the provider (and, by a
 	// node, to the peer it forwards through); "" sends none. TraceState
 	// is the caller's tracestate, passed on with it.
@@ -304,7 +307,7 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 		}
 		if p.Quota != nil && t.Via == "" {
 			allow := p.Quota.Allow
-			if sa, ok := p.Quota.(spillAllower); ok && req.Spilled && pv.Name == req.Hint {
+			if sa, ok := p.Quota.(spillAllower); ok && (req.Replanned || req.Spilled && pv.Name == req.Hint) {
 				allow = sa.AllowSpilled
 			}
 			if ok, wait := allow(pv.Name, t.Tokens, now); !ok {
