@@ -227,7 +227,7 @@ func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, 
 	}
 	if !until.After(now) {
 		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
+		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
 	}
 	if len(h.waiting) >= h.maxQueue {
 		h.mu.Unlock()
@@ -713,8 +713,10 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	if l.largest == 0 {
 		target = max(target, minEscrow) // not used yet: what it was fetched ahead with
 	}
+	// Topped up once a quarter is gone, so that what is free covers at
+	// least three quarters of the horizon when a leader election begins.
 	free := l.free()
-	if free >= target/2 && need <= free {
+	if free >= target*3/4 && need <= free {
 		return 0
 	}
 	want := target - free

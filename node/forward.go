@@ -133,6 +133,9 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		TraceParent: traceparent, TraceState: traceState(traceparent, incomingMetadata(stream.Context(), "tracestate")),
 		Priority: t.Priority, AdmitBy: start.Add(n.s.admissionWait), Spilled: in.Spill,
 	}
+	if n.draining.Load() {
+		req.AdmitBy = start // a draining node does not hold a peer's request in its queue
+	}
 	plan, err := rt.planner.Plan(req, start)
 	if err != nil {
 		return refuse(err)

@@ -210,6 +210,7 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 	var failed []string
 	var lastErr error
 	var rateWait time.Duration
+	farLimited := false // a node forwarded to answered 429
 	attempts := 0
 	for i := range plan.Targets {
 		if attempts >= e.cfg.MaxAttempts {
@@ -244,6 +245,9 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			}
 			if a.Outcome == OutcomeRateLimited {
 				rateWait = minPositive(rateWait, a.retryAfter)
+				// The far node waited for its escrow or share itself:
+				// its 429 is its answer, not one to wait out again here.
+				farLimited = true
 			}
 			failed = append(failed, t.Provider()+" via "+t.Via+" ("+a.short()+")")
 			switch {
@@ -338,7 +342,7 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 	switch {
 	case lastErr == nil && rateWait > 0,
 		attempts > 0 && allRateLimited(res.Attempts):
-		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: true}
+		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: !farLimited}
 	case lastErr == nil:
 		return res, fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
 	case errors.Is(lastErr, ErrUpstream):
