@@ -321,9 +321,9 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	mem, ok := f.view.member(t.Via)
 	switch {
 	case !ok || mem.State != "alive":
-		return route.Forwarded{Err: fmt.Errorf("node %s is not alive", t.Via)}
+		return route.Forwarded{Gone: true, Err: fmt.Errorf("node %s is not alive", t.Via)}
 	case mem.Meta.Region != t.ViaRegion:
-		return route.Forwarded{Err: fmt.Errorf("node %s is in region %s, not %s", t.Via, mem.Meta.Region, t.ViaRegion)}
+		return route.Forwarded{Gone: true, Err: fmt.Errorf("node %s is in region %s, not %s", t.Via, mem.Meta.Region, t.ViaRegion)}
 	case mem.Meta.RPC == "":
 		return route.Forwarded{Err: fmt.Errorf("node %s takes no forwards (no node.rpc)", t.Via)}
 	}

@@ -240,6 +240,10 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			attempts++
 			res.plan, res.chosen, res.failed = plan, i, failed
 			a := e.forward(ctx, req, t, sink, res)
+			if a.gone {
+				attempts-- // a stale plan's target: not tried
+				continue
+			}
 			if done, err := e.finish(ctx, req, t, a, res); done {
 				return res, err
 			}
@@ -425,6 +429,9 @@ type attemptResult struct {
 	// ttft is a stream's time to its first event; total the time to a
 	// whole non-streamed answer. Both feed the latency averages.
 	ttft, total time.Duration
+	// gone means the via node was no longer one to forward to: nothing
+	// was tried.
+	gone bool
 	// unavailable is a via node's answer that it had no provider to try
 	// (ErrNoCompliantProvider or ErrNoProvider), rather than a failure.
 	unavailable error

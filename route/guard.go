@@ -81,6 +81,10 @@ type Forwarded struct {
 	// timeout.
 	Err     error
 	Timeout bool
+	// Gone means the via node is no longer one to forward to (gossip
+	// learned it drains or left since the plan was made): nothing was
+	// sent, and the target is passed over as one that cannot be tried.
+	Gone bool
 	// Status, Header, Body and Code are the far node's refusal when it
 	// answered with an error before any answer: its status, headers
 	// (Retry-After), OpenAI error body and error code.
@@ -104,6 +108,10 @@ func (e *Executor) forward(ctx context.Context, req *Request, t *Target, sink Re
 	a := &attemptResult{Attempt: Attempt{Provider: t.Provider()}}
 	start := e.now()
 	f := e.forwarder.Forward(ctx, req, t, res.Route(), sink)
+	if f.Gone {
+		a.gone = true
+		return a
+	}
 	a.Duration = e.now().Sub(start)
 	a.Status = f.Status
 	switch {
