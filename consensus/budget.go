@@ -97,12 +97,15 @@ type localLease struct {
 	// request, and gives back escrow it is not using (another node was
 	// short of it).
 	exactUntil time.Time
-	lastUse    time.Time // the last reservation on this lease, or its grant
-	largest    Nanos     // largest reservation seen, to size top-ups
-	peak       Nanos     // most reserved at once since the last sync
-	rate       float64   // spend per second, a moving average
-	rateAt     time.Time
-	rateSpent  Nanos
+	// current: the ledger said these are the books of the tenant's
+	// current period.
+	current   bool
+	lastUse   time.Time // the last reservation on this lease, or its grant
+	largest   Nanos     // largest reservation seen, to size top-ups
+	peak      Nanos     // most reserved at once since the last sync
+	rate      float64   // spend per second, a moving average
+	rateAt    time.Time
+	rateSpent Nanos
 }
 
 func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }
@@ -809,9 +812,10 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 	live := map[*localLease]bool{}
 	for _, lv := range r.Leases {
 		l := h.find(lv.Tenant, lv.Period)
-		if l == nil {
+		switch cur := h.leases[lv.Tenant]; {
+		case l == nil:
 			l = &localLease{tenant: lv.Tenant, period: lv.Period, end: lv.End, rateAt: now, lastUse: now}
-			if cur := h.leases[lv.Tenant]; cur == nil || lv.End >= cur.end {
+			if cur == nil || lv.Current || (lv.End >= cur.end && !cur.current) {
 				if cur != nil {
 					h.retired = append(h.retired, cur)
 				}
@@ -819,7 +823,16 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 			} else {
 				h.retired = append(h.retired, l)
 			}
+		case lv.Current && cur != l:
+			// A lease given up as retired is the current period's again
+			// (the budget's period changed back).
+			h.retired = slices.DeleteFunc(h.retired, func(r *localLease) bool { return r == l })
+			if cur != nil {
+				h.retired = append(h.retired, cur)
+			}
+			h.leases[lv.Tenant] = l
 		}
+		l.current = lv.Current
 		live[l] = true
 		if !h.isRetired(l) {
 			delete(h.parked, lv.Tenant)

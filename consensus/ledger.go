@@ -151,6 +151,17 @@ func (b *Books) dropLease(node string) {
 	}
 }
 
+// current reports whether b are its tenant's books for the period that
+// contains now.
+func (l *Ledger) current(b *Books, now int64) bool {
+	t := l.s.Tenants[b.Tenant]
+	if t == nil || t.Budget == nil {
+		return false
+	}
+	p, _ := periodOf(now, t.Budget.Period)
+	return p == b.Period
+}
+
 // headroom is what node could still spend of the period were every
 // other live node to give its escrow back: the limit, less what was
 // settled, less what other nodes hold in leases that expired.
@@ -627,6 +638,10 @@ type LeaseView struct {
 	// within the last RecallWindow: this node should give back escrow it
 	// is not using and reserve exactly, request by request, for a while.
 	Recall bool `json:"recall,omitempty"`
+	// Current means these are the tenant's books for the period the
+	// ledger is in (its budget's period may have changed, from a month to
+	// a day say: then a lease of later end is not the current one).
+	Current bool `json:"current,omitempty"`
 }
 
 // RecallWindow is how long after a node was short of escrow the other
@@ -763,7 +778,7 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 			r.Leases = append(r.Leases, LeaseView{
 				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
 				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
-				Headroom: b.headroom(node, now), Recall: b.recalling(now),
+				Headroom: b.headroom(node, now), Recall: b.recalling(now), Current: l.current(b, now),
 			})
 		}
 	}

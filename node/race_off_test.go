@@ -1,0 +1,5 @@
+//go:build !race
+
+package node_test
+
+const raceDetector = false
