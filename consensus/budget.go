@@ -70,17 +70,6 @@ type BudgetHolder struct {
 	shortRetry bool // a waiter went unserved by the last sync: retry soon
 }
 
-// waiter is one request in the admission queue.
-type waiter struct {
-	tenant string
-	upper  Nanos
-	prio   int
-	seq    uint64
-	done   chan struct{} // closed once hold or err is set
-	hold   *escrowHold
-	err    error
-}
-
 var _ route.BudgetGate = (*BudgetHolder)(nil)
 
 type localLease struct {
@@ -127,20 +116,6 @@ func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, 
 	}
 }
 
-// DefaultAdmissionQueue bounds the requests a node holds waiting for
-// escrow.
-const DefaultAdmissionQueue = 1024
-
-// SetAdmission bounds the admission queue (requests waiting for escrow);
-// n ≤ 0 keeps the default. Call it before Run.
-func (h *BudgetHolder) SetAdmission(n int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if n > 0 {
-		h.maxQueue = n
-	}
-}
-
 // SetRecalls gives the holder a way to learn, while it holds escrow it
 // is not using, that another node is short of it: a stale read of the
 // ledger's recalls. Call it before Run.
@@ -173,187 +148,6 @@ func (e *escrowHold) Settle(usd float64) {
 	}
 	h.serveLocked(h.now())
 	h.mu.Unlock()
-}
-
-// TryReserve is Reserve without waiting: it fails at once, with a
-// *route.RetryAfterError, where Reserve would queue (the top-up it asks
-// for is under way). A simulator in virtual time uses it.
-func (h *BudgetHolder) TryReserve(tenant string, usd float64, now time.Time) (route.BudgetHold, error) {
-	if b := h.budgeted(); b != nil && !b[tenant] {
-		return noHold{}, nil
-	}
-	upper := CeilNanos(usd)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	hold, err := h.tryLocked(tenant, upper, now)
-	if hold != nil || err != nil {
-		return orNil(hold), err
-	}
-	h.need[tenant] = max(h.need[tenant], upper)
-	h.kickLocked()
-	return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
-}
-
-// orNil keeps a nil *escrowHold from becoming a non-nil interface.
-func orNil(h *escrowHold) route.BudgetHold {
-	if h == nil {
-		return nil
-	}
-	return h
-}
-
-// Reserve implements route.BudgetGate. A tenant without a budget is not
-// held. Otherwise the reservation comes out of the local escrow; when
-// that falls short, the request waits in this node's admission queue
-// (FIFO within a priority, lower first) for the top-up its shortfall
-// asks for, until ctx is done. It fails with ErrBudgetExceeded once what
-// the tenant could still spend cannot cover usd, and with a
-// *route.RetryAfterError only when the wait ran out at until (or the
-// queue is full): lease mechanics are not the client's problem. A zero
-// until does not wait.
-func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, prio int, until, now time.Time) (route.BudgetHold, error) {
-	if b := h.budgeted(); b != nil && !b[tenant] {
-		return noHold{}, nil
-	}
-	upper := CeilNanos(usd)
-	h.mu.Lock()
-	if !h.queuedAheadLocked(tenant, prio) {
-		hold, err := h.tryLocked(tenant, upper, now)
-		if hold != nil || err != nil {
-			h.mu.Unlock()
-			return orNil(hold), err
-		}
-	}
-	if h.closing {
-		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
-	}
-	if !until.After(now) {
-		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
-	}
-	if len(h.waiting) >= h.maxQueue {
-		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("%d requests are waiting for budget escrow on this node, its most", h.maxQueue)}
-	}
-	h.waitSeq++
-	w := &waiter{tenant: tenant, upper: upper, prio: prio, seq: h.waitSeq, done: make(chan struct{})}
-	i, _ := slices.BinarySearchFunc(h.waiting, w, func(a, b *waiter) int {
-		if a.prio != b.prio {
-			return a.prio - b.prio
-		}
-		return int(a.seq - b.seq)
-	})
-	h.waiting = slices.Insert(h.waiting, i, w)
-	h.need[tenant] += upper
-	h.kickLocked()
-	h.mu.Unlock()
-
-	timer := time.NewTimer(until.Sub(now))
-	defer timer.Stop()
-	select {
-	case <-w.done:
-		return orNil(w.hold), w.err
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-w.done: // served as the wait ran out
-		return orNil(w.hold), w.err
-	default:
-	}
-	h.dropWaiterLocked(w)
-	return nil, &route.RetryAfterError{After: time.Second,
-		Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
-}
-
-// queuedAheadLocked reports whether a request of tenant waits at a
-// priority as high as prio: a newcomer queues behind it.
-func (h *BudgetHolder) queuedAheadLocked(tenant string, prio int) bool {
-	for _, w := range h.waiting {
-		if w.prio > prio {
-			return false
-		}
-		if w.tenant == tenant {
-			return true
-		}
-	}
-	return false
-}
-
-// tryLocked reserves upper from tenant's escrow: a hold, or
-// ErrBudgetExceeded when the books could not let this node spend upper,
-// or neither (wait for a top-up).
-func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*escrowHold, error) {
-	l := h.leases[tenant]
-	if l != nil && !h.closing && now.Before(l.expires) && l.free() >= upper {
-		l.inflight += upper
-		l.largest = max(l.largest, upper)
-		l.peak = max(l.peak, l.inflight)
-		l.lastUse = now
-		return &escrowHold{h: h, l: l, upper: upper}, nil
-	}
-	if l != nil && h.synced && now.Before(l.expires) && l.headroom < upper && l.free() < upper {
-		h.kickLocked() // the next request learns of a raised limit at once
-		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
-			route.ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
-	}
-	return nil, nil
-}
-
-// serveLocked serves waiting requests the escrow now covers, or refuses
-// those the budget never will, in queue order; within a tenant a request
-// that must still wait holds back those behind it.
-func (h *BudgetHolder) serveLocked(now time.Time) {
-	if len(h.waiting) == 0 {
-		return
-	}
-	var blocked map[string]bool
-	kept := h.waiting[:0]
-	for _, w := range h.waiting {
-		if blocked[w.tenant] {
-			kept = append(kept, w)
-			continue
-		}
-		hold, err := h.tryLocked(w.tenant, w.upper, now)
-		if hold == nil && err == nil {
-			if blocked == nil {
-				blocked = map[string]bool{}
-			}
-			blocked[w.tenant] = true
-			kept = append(kept, w)
-			continue
-		}
-		w.hold, w.err = hold, err
-		h.need[w.tenant] -= w.upper
-		close(w.done)
-	}
-	clear(h.waiting[len(kept):])
-	h.waiting = kept
-	for t, n := range h.need {
-		if n <= 0 {
-			delete(h.need, t)
-		}
-	}
-}
-
-// dropWaiterLocked takes a request that gave up out of the queue.
-func (h *BudgetHolder) dropWaiterLocked(w *waiter) {
-	if i := slices.Index(h.waiting, w); i >= 0 {
-		h.waiting = slices.Delete(h.waiting, i, i+1)
-		if h.need[w.tenant] -= w.upper; h.need[w.tenant] <= 0 {
-			delete(h.need, w.tenant)
-		}
-	}
-}
-
-// Waiting returns how many requests wait for escrow on this node.
-func (h *BudgetHolder) Waiting() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.waiting)
 }
 
 func (h *BudgetHolder) kickLocked() {
@@ -417,60 +211,6 @@ func (h *BudgetHolder) Run(ctx context.Context) {
 // hold top-ups up for longer than requests can wait for them; the next
 // sync goes to whoever leads by then.
 const syncTimeout = 2 * time.Second
-
-// shortRetry is how soon a node asks again for escrow that waiting
-// requests need and the books could not grant: others are giving theirs
-// back meanwhile.
-const shortRetry = 100 * time.Millisecond
-
-// failWaitersLocked answers every waiting request: the node stops.
-func (h *BudgetHolder) failWaitersLocked() {
-	for _, w := range h.waiting {
-		w.err = &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
-		close(w.done)
-	}
-	h.waiting = nil
-	clear(h.need)
-}
-
-// pollRecalls asks the ledger, while this node holds escrow it has not
-// used for an interval, whether another node is short of it; a recalled
-// tenant's idle escrow goes back at the next sync. Busy leases learn of
-// recalls from their own syncs.
-func (h *BudgetHolder) pollRecalls(ctx context.Context) {
-	now := h.now()
-	h.mu.Lock()
-	poll := h.recalls != nil && h.synced && now.Sub(h.lastPoll) >= h.interval
-	idle := false
-	for _, l := range h.leases {
-		if l.free() > 0 && !l.exact(now) && now.Sub(l.lastUse) >= h.interval {
-			idle = true
-		}
-	}
-	f := h.recalls
-	h.mu.Unlock()
-	if !poll || !idle {
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	tenants, err := f(rctx)
-	cancel()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.lastPoll = now
-	if err != nil {
-		return
-	}
-	for _, t := range tenants {
-		if l := h.leases[t]; l != nil && l.free() > 0 {
-			l.exactUntil = now.Add(exactFor)
-		}
-	}
-}
-
-// exactFor is how long a node reserves exactly after it learned that
-// another was short of the tenant's escrow.
-const exactFor = 5 * time.Second
 
 // Drive hands the holder to a simulator: its clock is now, its random
 // choices come from seed (the same seed, the same run), and instead of
@@ -629,23 +369,6 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	h.shortRetry = len(r.Sync.Exhausted) > 0
 	h.serveLocked(h.now())
 	return nil
-}
-
-// givesBackLocked reports whether l holds escrow that exact mode gives
-// back at the next sync: all it holds free.
-func (h *BudgetHolder) givesBackLocked(l *localLease, now time.Time) bool {
-	return l.exact(now) && l.free() > 0
-}
-
-// headLocked is what the first waiting request of tenant needs: the
-// least a top-up must bring for any of them to go (0 when none waits).
-func (h *BudgetHolder) headLocked(tenant string) Nanos {
-	for _, w := range h.waiting {
-		if w.tenant == tenant {
-			return w.upper
-		}
-	}
-	return 0
 }
 
 // quietLocked reports, without allocating, whether a sync would have

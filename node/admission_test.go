@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
-	"github.com/llmesh/llmesh/sim/emulator"
 )
 
 // chatStatus sends one chat completion with the official client, retries
@@ -230,21 +228,9 @@ func TestRateShareSpillsToPeersThroughALeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 80 s")
 	}
-	em, err := emulator.New(emulator.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var seen []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, time.Now())
-		mu.Unlock()
-		em.Handler().ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := startRecorded(t)
 	m := startMeshWith(t, 3, nil, voters(t, 3, func(i int, c *node.Config) {
-		c.Providers = []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", Reach: "global", BaseURL: srv.URL,
+		c.Providers = []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", Reach: "global", BaseURL: srv.url,
 			Limits: node.RateSection{RPM: 600}, Models: []node.ModelSection{{Name: "gpt-4o-mini"}}}}
 	}), fastRaft)
 	leader := func() int {
@@ -308,14 +294,8 @@ func TestRateShareSpillsToPeersThroughALeaderKill(t *testing.T) {
 	t.Logf("shares before the kill %v, at the end %v", before, shares())
 	stop()
 	wg.Wait()
-	mu.Lock()
-	times := slices.Clone(seen)
-	mu.Unlock()
-	worst := 0
-	for i := range times {
-		j, _ := slices.BinarySearchFunc(times, times[i].Add(time.Minute), func(a, b time.Time) int { return a.Compare(b) })
-		worst = max(worst, j-i)
-	}
+	times := srv.arrivals()
+	worst := busiestMinute(times)
 	in := func(from, to time.Duration) int {
 		i, _ := slices.BinarySearchFunc(times, t0.Add(from), func(a, b time.Time) int { return a.Compare(b) })
 		j, _ := slices.BinarySearchFunc(times, t0.Add(to), func(a, b time.Time) int { return a.Compare(b) })

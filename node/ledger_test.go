@@ -102,27 +102,58 @@ func TestBudgetHoldsAcrossThreeNodes(t *testing.T) {
 		ok.Load(), refused.Load(), charged, b.SettledUSD, b.ReservedUSD)
 }
 
+// recorded is an emulated provider that records when each request
+// reached it.
+type recorded struct {
+	url  string
+	mu   sync.Mutex
+	seen []time.Time
+}
+
+func startRecorded(t *testing.T) *recorded {
+	t.Helper()
+	em, err := emulator.New(emulator.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorded{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.seen = append(rec.seen, time.Now())
+		rec.mu.Unlock()
+		em.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	rec.url = srv.URL
+	return rec
+}
+
+// arrivals returns when the requests arrived, oldest first.
+func (r *recorded) arrivals() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+// busiestMinute is the most of times within any 60 s.
+func busiestMinute(times []time.Time) int {
+	worst := 0
+	for i := range times {
+		j, _ := slices.BinarySearchFunc(times, times[i].Add(time.Minute), func(a, b time.Time) int { return a.Compare(b) })
+		worst = max(worst, j-i)
+	}
+	return worst
+}
+
 // A provider with rpm 600 shared by three nodes never sees more than 600
 // requests in any 60 s window, and the busier node holds the larger share.
 func TestRateSharedByThreeNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for over a minute")
 	}
-	em, err := emulator.New(emulator.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var seen []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, time.Now())
-		mu.Unlock()
-		em.Handler().ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := startRecorded(t)
 	m := startMeshWith(t, 3, nil, voters(t, 3, func(i int, c *node.Config) {
-		c.Providers = []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", BaseURL: srv.URL,
+		c.Providers = []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", BaseURL: srv.url,
 			Limits: node.RateSection{RPM: 600}, Models: []node.ModelSection{{Name: "gpt-4o-mini"}}}}
 	}), fastRaft)
 	// Uneven demand: node-0 asks for 12 requests a second, node-1 for 3,
@@ -164,14 +195,8 @@ func TestRateSharedByThreeNodes(t *testing.T) {
 	time.Sleep(40 * time.Second) // let demand build; the load runs meanwhile, nothing is awaited
 	mid := shares()
 	wg.Wait()
-	mu.Lock()
-	times := slices.Clone(seen)
-	mu.Unlock()
-	worst := 0
-	for i := range times {
-		j, _ := slices.BinarySearchFunc(times, times[i].Add(time.Minute), func(a, b time.Time) int { return a.Compare(b) })
-		worst = max(worst, j-i)
-	}
+	times := srv.arrivals()
+	worst := busiestMinute(times)
 	t.Logf("shares at 40 s: %v; served %d/%d/%d; busiest 60 s window at the provider: %d", mid,
 		served[0].Load(), served[1].Load(), served[2].Load(), worst)
 	if worst > 600 {
