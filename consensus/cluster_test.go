@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/route"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 
 	"github.com/hashicorp/raft"
 )
@@ -310,7 +311,7 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64, crashes bool) {
 		h.mu.Lock()
 		h.crashed, h.closing = false, false
 		h.mu.Unlock()
-		eventually(t, 10*time.Second, "a holder's final sync", func() bool { return h.sync(context.Background(), true) == nil })
+		wait.For(t, 10*time.Second, "a holder's final sync", func() bool { return h.sync(context.Background(), true) == nil })
 	}
 	if n := c.violations.Load(); n > 0 {
 		t.Fatalf("%d invariant violations; first: %v", n, c.firstBad.Load())
@@ -339,18 +340,6 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64, crashes bool) {
 	t.Logf("charged %v over %d day(s) through %d voters (%d killed, %d node crashes, %d nodes frozen, %v written off)", got, len(books), voters, killed, crashed, frozen, forfeited)
 }
 
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // A small budget's escrow, all granted to a node that then idles, comes
 // back to the ledger once the books have nothing left, and reaches the
 // node that needs it: that node is told to retry (429), never that the
@@ -374,21 +363,21 @@ func TestIdleEscrowFlowsToTheNodeThatNeedsIt(t *testing.T) {
 	defer loops.Wait()
 	defer cancel()
 	loops.Go(func() { a.Run(ctx) })
-	eventually(t, 10*time.Second, "a to hold the whole budget", func() bool {
+	wait.For(t, 10*time.Second, "a to hold the whole budget", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		l := a.leases["tiny"]
 		return l != nil && l.granted == limit
 	})
 	loops.Go(func() { b.Run(ctx) })
-	eventually(t, 10*time.Second, "b to sync", func() bool { return b.Ready() })
+	wait.For(t, 10*time.Second, "b to sync", func() bool { return b.Ready() })
 	const upper = 0.00002
 	if _, err := b.TryReserve("tiny", upper, time.Now()); err == nil || errors.Is(err, route.ErrBudgetExceeded) {
 		t.Fatalf("b reserved with a's escrow out, or was told the budget is spent: %v", err)
 	}
 	skewA.Store(int64(2 * parkAfter)) // a has been idle long enough
 	var hold route.BudgetHold
-	eventually(t, 10*time.Second, "b to get escrow a gave back", func() bool {
+	wait.For(t, 10*time.Second, "b to get escrow a gave back", func() bool {
 		h, err := b.TryReserve("tiny", upper, time.Now())
 		if errors.Is(err, route.ErrBudgetExceeded) {
 			t.Fatalf("b was told the budget is spent: %v", err)

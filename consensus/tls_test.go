@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // testCA mints node certificates for mutual TLS tests.
@@ -90,7 +91,7 @@ func TestRaftOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var leader *Server
-	eventually(t, 10*time.Second, "a leader over TLS", func() bool {
+	wait.For(t, 10*time.Second, "a leader over TLS", func() bool {
 		for _, s := range servers {
 			if s.IsLeader() {
 				leader = s

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmesh/llmesh/route"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // fastTimings is memberlist's LAN profile with failure detection sped up
@@ -77,20 +78,6 @@ func startTestNode(t testing.TB, c Config) *testNode {
 	return &testNode{mesh: m, tracker: tr, cfg: c}
 }
 
-// eventually polls cond until it holds or d passes, and returns how long
-// it took.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func stateOf(m *Mesh, name string) string {
 	for _, mem := range m.Members() {
 		if mem.Name == name {
@@ -123,7 +110,7 @@ func failing(tr *route.Tracker, provider string) {
 
 func TestMembership(t *testing.T) {
 	nodes := testCluster(t, 5, nil)
-	eventually(t, 10*time.Second, "every node to see all five alive", func() bool {
+	wait.For(t, 10*time.Second, "every node to see all five alive", func() bool {
 		for _, n := range nodes {
 			alive := 0
 			for _, m := range n.mesh.Members() {
@@ -148,7 +135,7 @@ func TestMembership(t *testing.T) {
 
 	// n02 observes a provider; everyone holds its report.
 	failing(nodes[2].tracker, "p")
-	eventually(t, 10*time.Second, "n02's observation to reach every node", func() bool {
+	wait.For(t, 10*time.Second, "n02's observation to reach every node", func() bool {
 		for _, n := range nodes {
 			if !hasReport(n.mesh, "n02", "p") {
 				return false
@@ -161,8 +148,8 @@ func TestMembership(t *testing.T) {
 	if err := nodes[2].mesh.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "n02 to be marked failed", allSee(nodes, "n02", "failed"))
-	eventually(t, 5*time.Second, "n02's observations to be dropped", func() bool {
+	wait.For(t, 20*time.Second, "n02 to be marked failed", allSee(nodes, "n02", "failed"))
+	wait.For(t, 5*time.Second, "n02's observations to be dropped", func() bool {
 		for i, n := range nodes {
 			if i != 2 && hasReport(n.mesh, "n02", "p") {
 				return false
@@ -182,7 +169,7 @@ func TestMembership(t *testing.T) {
 			t.Logf("%s sees n03 %s", n.cfg.Name, stateOf(n.mesh, "n03"))
 		}
 	}()
-	eventually(t, 10*time.Second, "n03 to be marked left", allSee(live, "n03", "left"))
+	wait.For(t, 10*time.Second, "n03 to be marked left", allSee(live, "n03", "left"))
 }
 
 func hasReport(m *Mesh, observer, provider string) bool {
@@ -198,25 +185,25 @@ func hasReport(m *Mesh, observer, provider string) bool {
 // its new reports are taken although its old ones were dropped.
 func TestRestartWithSameName(t *testing.T) {
 	nodes := testCluster(t, 3, nil)
-	eventually(t, 10*time.Second, "three alive", allSee(nodes, "n02", "alive"))
+	wait.For(t, 10*time.Second, "three alive", allSee(nodes, "n02", "alive"))
 	failing(nodes[2].tracker, "p")
-	eventually(t, 5*time.Second, "n02's report", func() bool { return hasReport(nodes[0].mesh, "n02", "p") })
+	wait.For(t, 5*time.Second, "n02's report", func() bool { return hasReport(nodes[0].mesh, "n02", "p") })
 	addr := nodes[2].mesh.Addr()
 	_ = nodes[2].mesh.Shutdown()
-	eventually(t, 20*time.Second, "n02 failed", allSee(nodes[:2], "n02", "failed"))
+	wait.For(t, 20*time.Second, "n02 failed", allSee(nodes[:2], "n02", "failed"))
 
 	c := nodes[2].cfg
 	_, port, _ := strings.Cut(addr, ":")
 	fmt.Sscan(port, &c.BindPort)
 	again := startTestNode(t, c)
-	eventually(t, 20*time.Second, "n02 alive again", allSee(nodes[:2], "n02", "alive"))
+	wait.For(t, 20*time.Second, "n02 alive again", allSee(nodes[:2], "n02", "alive"))
 	failing(again.tracker, "q")
-	eventually(t, 5*time.Second, "the restarted n02's report", func() bool { return hasReport(nodes[0].mesh, "n02", "q") })
+	wait.For(t, 5*time.Second, "the restarted n02's report", func() bool { return hasReport(nodes[0].mesh, "n02", "q") })
 }
 
 func TestPartitionHeals(t *testing.T) {
 	nodes := testCluster(t, 5, nil)
-	eventually(t, 10*time.Second, "all alive", func() bool {
+	wait.For(t, 10*time.Second, "all alive", func() bool {
 		for _, n := range nodes {
 			if !allSee(nodes, n.cfg.Name, "alive")() {
 				return false
@@ -232,7 +219,7 @@ func TestPartitionHeals(t *testing.T) {
 		mine := min(i/2, 1)
 		n.mesh.Partition(func(addr string) bool { s, ok := side[addr]; return ok && s != mine })
 	}
-	eventually(t, 30*time.Second, "each side to see the other failed", func() bool {
+	wait.For(t, 30*time.Second, "each side to see the other failed", func() bool {
 		return stateOf(nodes[0].mesh, "n04") == "failed" && stateOf(nodes[4].mesh, "n00") == "failed"
 	})
 	// While cut off, n04 learns of a failing provider; n00 cannot know.
@@ -243,7 +230,7 @@ func TestPartitionHeals(t *testing.T) {
 	for _, n := range nodes {
 		n.mesh.Partition(nil)
 	}
-	took := eventually(t, 30*time.Second, "the views to converge", func() bool {
+	took := wait.For(t, 30*time.Second, "the views to converge", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes {
 				if stateOf(n.mesh, o.cfg.Name) != "alive" {
@@ -303,7 +290,7 @@ func TestPropagationChangesTheView(t *testing.T) {
 		c.PublishInterval = 500 * time.Millisecond // the default
 		c.SummaryInterval = 100 * time.Millisecond
 	})
-	eventually(t, 10*time.Second, "all alive", allSee(nodes, "n00", "alive"))
+	wait.For(t, 10*time.Second, "all alive", allSee(nodes, "n00", "alive"))
 	a, e := nodes[0], nodes[4]
 	now := time.Now()
 	if e.mesh.View().Health("p", now).Degraded {
@@ -313,14 +300,14 @@ func TestPropagationChangesTheView(t *testing.T) {
 	start := time.Now()
 	failing(a.tracker, "p")
 	a.mesh.Changed()
-	took := eventually(t, 2*time.Second, "E to rank p down", func() bool { return e.mesh.View().Health("p", time.Now()).Degraded })
+	took := wait.For(t, 2*time.Second, "E to rank p down", func() bool { return e.mesh.View().Health("p", time.Now()).Degraded })
 	t.Logf("a failure seen on n00 reached n04's view in %v", took)
 
 	// A 429 cooldown learned by one node holds on all.
 	adm, _ := nodes[1].tracker.Acquire("q", start)
 	nodes[1].tracker.RateLimited(adm, 30*time.Second, time.Now())
 	nodes[1].mesh.Changed()
-	eventually(t, 2*time.Second, "E to respect n01's cooldown", func() bool {
+	wait.For(t, 2*time.Second, "E to respect n01's cooldown", func() bool {
 		return e.mesh.View().Health("q", time.Now()).CoolingUntil.After(time.Now().Add(20 * time.Second))
 	})
 
@@ -328,7 +315,7 @@ func TestPropagationChangesTheView(t *testing.T) {
 	adm, _ = nodes[2].tracker.Acquire("r", time.Now())
 	nodes[2].tracker.Success(adm, 120*time.Millisecond, 0)
 	nodes[2].mesh.Changed()
-	eventually(t, 2*time.Second, "E to learn r's latency", func() bool {
+	wait.For(t, 2*time.Second, "E to learn r's latency", func() bool {
 		return e.mesh.View().Health("r", time.Now()).TTFT == 120*time.Millisecond
 	})
 	// E's own recent success outweighs the peers' report of p failing.
@@ -346,7 +333,7 @@ func TestEncryptionAndLabel(t *testing.T) {
 		c.SecretKey, c.Label = key, "prod"
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	eventually(t, 10*time.Second, "encrypted nodes to join", allSee(nodes, "n01", "alive"))
+	wait.For(t, 10*time.Second, "encrypted nodes to join", allSee(nodes, "n01", "alive"))
 	for _, bad := range []struct {
 		name string
 		edit func(c *Config)
@@ -407,11 +394,11 @@ func TestGossipMetrics(t *testing.T) {
 			c.Registerer = reg
 		}
 	})
-	eventually(t, 10*time.Second, "three alive", allSee(nodes, "n02", "alive"))
+	wait.For(t, 10*time.Second, "three alive", allSee(nodes, "n02", "alive"))
 	failing(nodes[1].tracker, "p")
-	eventually(t, 5*time.Second, "n01's report at n00", func() bool { return hasReport(nodes[0].mesh, "n01", "p") })
+	wait.For(t, 5*time.Second, "n01's report at n00", func() bool { return hasReport(nodes[0].mesh, "n01", "p") })
 	_ = nodes[2].mesh.Shutdown()
-	eventually(t, 20*time.Second, "n02 failed", allSee(nodes[:2], "n02", "failed"))
+	wait.For(t, 20*time.Second, "n02 failed", allSee(nodes[:2], "n02", "failed"))
 	got := map[string]float64{}
 	mfs, err := reg.Gather()
 	if err != nil {

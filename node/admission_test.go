@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // chatStatus sends one chat completion with the official client, retries
@@ -248,7 +249,7 @@ func TestRateShareSpillsToPeersThroughALeaderKill(t *testing.T) {
 		return -1
 	}
 	var lead int
-	eventually(t, 10*time.Second, "a leader", func() bool { lead = leader(); return lead >= 0 })
+	wait.For(t, 10*time.Second, "a leader", func() bool { lead = leader(); return lead >= 0 })
 	busy := (lead + 1) % 3 // the demand arrives at a node that is not the leader
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // Every node a residency-bound request passes writes where it went: an
@@ -43,7 +44,7 @@ func TestAuditTrailFollowsTheData(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 5*time.Second, "the records on disk", func() bool {
+	wait.For(t, 5*time.Second, "the records on disk", func() bool {
 		return len(trail("us")) == 1 && len(trail("eu")) == 2
 	})
 	us, eu := trail("us")["audit-1"], trail("eu")["audit-1"]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // Draining the Raft leader of a three-voter mesh: /readyz turns 503 at
@@ -25,7 +26,7 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 		c.Node.Drain = node.DrainSection{Grace: node.Duration(1500 * time.Millisecond), Timeout: node.Duration(20 * time.Second)}
 	}), fastRaft)
 	leader := -1
-	eventually(t, 20*time.Second, "a leader", func() bool {
+	wait.For(t, 20*time.Second, "a leader", func() bool {
 		for i, u := range m.urls {
 			var st node.Status
 			if getJSON(t, u+"/v1/mesh/status", "", &st) == http.StatusOK && st.Raft == "Leader" {
@@ -65,7 +66,7 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 		}
 		streamDone <- last
 	}()
-	eventually(t, 5*time.Second, "the stream to start", func() bool { return m.nodes[leader].Status(context.Background()).InFlight > 0 })
+	wait.For(t, 5*time.Second, "the stream to start", func() bool { return m.nodes[leader].Status(context.Background()).InFlight > 0 })
 
 	drainStart := time.Now()
 	resp, err := http.Post(url+"/v1/mesh/drain", "application/json", nil)
@@ -127,7 +128,7 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 		t.Fatal("the drained node did not stop")
 	}
 	t.Logf("the drained node stopped %s after the drain began", time.Since(drainStart).Round(time.Millisecond))
-	eventually(t, 15*time.Second, "another leader, the drained node left and out of Raft", func() bool {
+	wait.For(t, 15*time.Second, "another leader, the drained node left and out of Raft", func() bool {
 		var st node.Status
 		if getJSON(t, others[0]+"/v1/mesh/status", "", &st) != http.StatusOK || st.Leader == "" || st.Leader == name || st.Members["left"] != 1 {
 			return false

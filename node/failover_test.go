@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // The cheapest provider is the broken one, so every request tries it
@@ -137,7 +138,7 @@ func TestEjectionAndRecovery(t *testing.T) {
 	if err := cheap.SetMode(emulator.ModeUp); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "cheap to take traffic again", func() bool {
+	wait.For(t, 10*time.Second, "cheap to take traffic again", func() bool {
 		resp := f.post(hello)
 		return resp.StatusCode == 200 && resp.Header.Get("X-LLMesh-Provider") == "cheap"
 	})
@@ -180,7 +181,7 @@ func TestCheapestHealthyProviderWins(t *testing.T) {
 	if err := f.emus["cheap"].SetMode(emulator.ModeUp); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "cheap to return", func() bool { return count(1)["cheap"] == 1 })
+	wait.For(t, 10*time.Second, "cheap to return", func() bool { return count(1)["cheap"] == 1 })
 	// Cost in the metrics is at the cheap provider's prices.
 	body := readAll(t, mustGet(t, f.url+"/metrics").Body)
 	if !strings.Contains(body, `llmesh_cost_usd_total{model="gpt-4o-mini",provider="cheap",tenant="t1"}`) {

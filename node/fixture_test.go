@@ -212,20 +212,6 @@ func readAll(t *testing.T, r io.Reader) string {
 	return string(b)
 }
 
-// eventually polls cond until it holds or d passes, and returns how long
-// it took.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 const hello = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
 
 func mustGet(t *testing.T, url string) *http.Response {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 const (
@@ -108,7 +109,7 @@ func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node
 		f.nodes[r.short] = nd
 		f.urls[r.short] = "http://" + nd.HTTPAddr()
 	}
-	eventually(t, 30*time.Second, "every node to see the others with their RPC addresses", func() bool {
+	wait.For(t, 30*time.Second, "every node to see the others with their RPC addresses", func() bool {
 		for _, nd := range f.nodes {
 			ok := 0
 			for _, m := range nd.Mesh().Members() {
@@ -240,7 +241,7 @@ func TestForwardAcrossRegions(t *testing.T) {
 	}
 	before = f.requests()
 	var last string
-	eventually(t, 20*time.Second, "the eu tenant to get no_compliant_provider", func() bool {
+	wait.For(t, 20*time.Second, "the eu tenant to get no_compliant_provider", func() bool {
 		resp := postAs(t, f.urls["us"], euKey, hello)
 		body := readAll(t, resp.Body)
 		switch {
@@ -308,7 +309,7 @@ func TestRequestIDInBothNodesLogs(t *testing.T) {
 			t.Fatalf("not forwarded: via %q", hdr.Header.Get("X-LLMesh-Via"))
 		}
 		lines := map[string]map[string]any{}
-		eventually(t, 10*time.Second, "the request line in both nodes' logs", func() bool {
+		wait.For(t, 10*time.Second, "the request line in both nodes' logs", func() bool {
 			for _, region := range []string{"us", "eu"} {
 				for _, l := range strings.Split(f.logs[region].String(), "\n") {
 					var m map[string]any
@@ -470,7 +471,7 @@ func TestForwardOverMutualTLS(t *testing.T) {
 	cfg.Node.TLS = rogueCert
 	cfg.Providers = f.providers
 	rogue := startConfigured(t, cfg)
-	eventually(t, 20*time.Second, "the rogue node to join the gossip pool", func() bool { return rogue.Ready() })
+	wait.For(t, 20*time.Second, "the rogue node to join the gossip pool", func() bool { return rogue.Ready() })
 	gpuBefore := f.emus["gpu-eu"].Stats().Requests
 	resp = postAs(t, "http://"+rogue.HTTPAddr(), euKey, hello)
 	route := resp.Header.Get("X-LLMesh-Route")

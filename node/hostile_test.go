@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // hostile starts a provider that answers every chat completion with h.
@@ -155,7 +156,7 @@ func TestBrokenStreamEndsWithErrorEvent(t *testing.T) {
 			if tc.h == nil {
 				f.emus["p"].SetMode(emulator.ModeUp)
 			}
-			eventually(t, 10*time.Second, "the node to serve again", func() bool { return f.post(hello).StatusCode == 200 })
+			wait.For(t, 10*time.Second, "the node to serve again", func() bool { return f.post(hello).StatusCode == 200 })
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // adminPost posts a JSON body to a node's admin API and returns the status.
@@ -45,7 +46,7 @@ func TestKeyRevokedOnEveryNode(t *testing.T) {
 	const key = "sk-llmesh-test-added-0123456789abcdefghijkl"
 	sum := sha256.Sum256([]byte(key))
 	hash := hex.EncodeToString(sum[:])
-	eventually(t, 30*time.Second, "a Raft leader", func() bool {
+	wait.For(t, 30*time.Second, "a Raft leader", func() bool {
 		return adminPost(t, m.urls[0]+"/v1/mesh/tenants/acme/keys", "", map[string]any{"key_sha256": hash, "create": true, "residency": "eu"}) == 200
 	})
 	allAnswer := func(key string, want int) func() bool {
@@ -58,7 +59,7 @@ func TestKeyRevokedOnEveryNode(t *testing.T) {
 			return true
 		}
 	}
-	eventually(t, 5*time.Second, "every node to take the new key", allAnswer(key, 200))
+	wait.For(t, 5*time.Second, "every node to take the new key", allAnswer(key, 200))
 	var doc struct{ Tenants []node.TenantInfo }
 	if code := getJSON(t, m.urls[2]+"/v1/mesh/tenants", "", &doc); code != 200 {
 		t.Fatalf("tenants: %d", code)
@@ -76,7 +77,7 @@ func TestKeyRevokedOnEveryNode(t *testing.T) {
 	if code := adminPost(t, m.urls[1]+"/v1/mesh/tenants/acme/revoke", "", map[string]any{"keys": []string{hash[:12]}}); code != 200 {
 		t.Fatalf("revoke: %d", code)
 	}
-	took := eventually(t, 3*time.Second, "every node to refuse the revoked key", allAnswer(key, 401))
+	took := wait.For(t, 3*time.Second, "every node to refuse the revoked key", allAnswer(key, 401))
 	t.Logf("the revoked key was refused by all three nodes %v after the revocation was committed", took.Round(time.Millisecond))
 	if code := adminPost(t, m.urls[2]+"/v1/mesh/tenants/acme/keys", "", map[string]any{"key_sha256": hash}); code != 400 {
 		t.Fatalf("a revoked key was added back: %d", code)
@@ -87,7 +88,7 @@ func TestKeyRevokedOnEveryNode(t *testing.T) {
 	if code := adminPost(t, m.urls[0]+"/v1/mesh/tenants/t1/revoke", "", map[string]any{"keys": []string{sha(testKey)}}); code != 200 {
 		t.Fatalf("revoke the file's key: %d", code)
 	}
-	eventually(t, 3*time.Second, "every node to refuse the file's revoked key", allAnswer(testKey, 401))
+	wait.For(t, 3*time.Second, "every node to refuse the file's revoked key", allAnswer(testKey, 401))
 }
 
 // Every admin endpoint refuses a caller without the admin token, or with

@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // voters makes every node of a mesh a voter, bootstrapping once all n are
@@ -91,7 +92,7 @@ func TestBudgetHoldsAcrossThreeNodes(t *testing.T) {
 		}
 	}
 	var b node.BudgetInfo
-	eventually(t, 10*time.Second, "every node's spend to be settled", func() bool {
+	wait.For(t, 10*time.Second, "every node's spend to be settled", func() bool {
 		b = budgetsOf(t, m.urls[1])[0]
 		return math.Abs(b.SettledUSD-charged) < float64(ok.Load()+1)*1e-9
 	})
@@ -227,7 +228,7 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 		return ""
 	}
 	var old string
-	eventually(t, 10*time.Second, "a leader", func() bool { old = leaderOf(m.urls[0]); return old != "" })
+	wait.For(t, 10*time.Second, "a leader", func() bool { old = leaderOf(m.urls[0]); return old != "" })
 	victim := slices.IndexFunc(m.nodes, func(n *node.Node) bool { return n.Name() == old })
 	var survivors []string
 	for i, u := range m.urls {
@@ -275,7 +276,7 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 	killing.Store(true)
 	m.nodes[victim].Kill()
 	var next string
-	took := eventually(t, 10*time.Second, "a new leader", func() bool {
+	took := wait.For(t, 10*time.Second, "a new leader", func() bool {
 		next = leaderOf(survivors[0])
 		return next != "" && next != old
 	})
@@ -311,7 +312,7 @@ func TestVoterRestartRecovers(t *testing.T) {
 		}
 	}
 	var before node.BudgetInfo
-	eventually(t, 10*time.Second, "spend settled", func() bool {
+	wait.For(t, 10*time.Second, "spend settled", func() bool {
 		before = budgetsOf(t, m.urls[0])[0]
 		return before.SettledUSD > 0
 	})
@@ -353,12 +354,12 @@ func TestVoterRestartRecovers(t *testing.T) {
 	if len(restored.Budgets) != 1 || restored.Budgets[0].LimitUSD != 7 {
 		t.Fatalf("right after the restart the replica holds %+v", restored.Budgets)
 	}
-	eventually(t, 20*time.Second, "the restarted voter to be ready", again.Ready)
+	wait.For(t, 20*time.Second, "the restarted voter to be ready", again.Ready)
 	var stale struct {
 		Consistency string
 		Budgets     []node.BudgetInfo
 	}
-	eventually(t, 10*time.Second, "its replica to hold the ledger again", func() bool {
+	wait.For(t, 10*time.Second, "its replica to hold the ledger again", func() bool {
 		getJSON(t, url+"/v1/mesh/budgets?consistency=stale", "", &stale)
 		return len(stale.Budgets) == 1 && stale.Budgets[0].SettledUSD >= before.SettledUSD
 	})
@@ -398,7 +399,7 @@ func TestBudgetAdminAPI(t *testing.T) {
 	if code := put("t1", `{"usd": 3, "period": "day"}`); code != 200 {
 		t.Fatalf("set: %d", code)
 	}
-	eventually(t, 5*time.Second, "the new limit", func() bool {
+	wait.For(t, 5*time.Second, "the new limit", func() bool {
 		bs := budgetsOf(t, m.urls[0])
 		for _, b := range bs {
 			if b.LimitUSD == 3 && len(b.Period) == len("2006-01-02") {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // errorCode returns the OpenAI error code of an answer.
@@ -172,8 +173,8 @@ func TestSlowReaderCutLongStreamKept(t *testing.T) {
 	defer conn.Close()
 	body := `{"model":"flood-model","stream":true,"messages":[{"role":"user","content":"go"}]}`
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", testKey, len(body), body)
-	eventually(t, 10*time.Second, "the stream to the client that does not read to begin", func() bool { return f.node.Status(t.Context()).InFlight == 1 })
-	took := eventually(t, 15*time.Second, "the node to let the client that does not read go", func() bool { return f.node.Status(t.Context()).InFlight == 0 })
+	wait.For(t, 10*time.Second, "the stream to the client that does not read to begin", func() bool { return f.node.Status(t.Context()).InFlight == 1 })
+	took := wait.For(t, 15*time.Second, "the node to let the client that does not read go", func() bool { return f.node.Status(t.Context()).InFlight == 0 })
 	t.Logf("a client that stopped reading was let go %v after its stream began", took.Round(10*time.Millisecond))
 	if resp := f.post(hello); resp.StatusCode != 200 {
 		t.Fatalf("after: %s", resp.Status)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // meshFixture is several nodes in one process sharing emulated providers.
@@ -68,7 +69,7 @@ func startMeshWith(t *testing.T, n int, ups []upstream, edit func(i int, c *node
 		m.nodes = append(m.nodes, nd)
 		m.urls = append(m.urls, "http://"+nd.HTTPAddr())
 	}
-	eventually(t, 30*time.Second, "every node to see every other, and be ready", func() bool {
+	wait.For(t, 30*time.Second, "every node to see every other, and be ready", func() bool {
 		for _, nd := range m.nodes {
 			alive := 0
 			for _, mem := range nd.Mesh().Members() {
@@ -121,7 +122,7 @@ func TestFailureSeenByOneNodeReroutesAnother(t *testing.T) {
 		}
 	}
 	seenBy := cheap.Stats().Requests
-	took := eventually(t, 2*time.Second, "E to rank cheap down", func() bool {
+	took := wait.For(t, 2*time.Second, "E to rank cheap down", func() bool {
 		return providerView(t, e, "cheap").Degraded
 	})
 	t.Logf("cheap, failing on node-0, was ranked down on node-4 %v after its ejection", took)
@@ -188,7 +189,7 @@ func TestMeshAdminAPI(t *testing.T) {
 		}
 	}
 	var members struct{ Members []node.MemberInfo }
-	eventually(t, 10*time.Second, "RTT estimates to every peer", func() bool {
+	wait.For(t, 10*time.Second, "RTT estimates to every peer", func() bool {
 		getJSON(t, url+"/v1/mesh/members", "admin-secret", &members)
 		for _, mem := range members.Members {
 			if !mem.Self && mem.RTTMillis < 0 {
@@ -210,7 +211,7 @@ func TestMeshAdminAPI(t *testing.T) {
 	if resp := postTo(t, m.urls[0], hello); resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
 	}
-	eventually(t, 5*time.Second, "node-0's report to reach node-1", func() bool {
+	wait.For(t, 5*time.Second, "node-0's report to reach node-1", func() bool {
 		var doc struct{ Providers []node.ProviderInfo }
 		getJSON(t, url+"/v1/mesh/providers", "admin-secret", &doc)
 		for _, o := range doc.Providers[0].Observers {
@@ -245,7 +246,7 @@ func TestIdleProvidersAreProbedOncePerRegion(t *testing.T) {
 		return out
 	}
 	before, start := probes(), e.Stats().Requests
-	eventually(t, 10*time.Second, "two rounds of probes", func() bool { return e.Stats().Requests >= start+4 })
+	wait.For(t, 10*time.Second, "two rounds of probes", func() bool { return e.Stats().Requests >= start+4 })
 	after := probes()
 	probers := map[string]int{}
 	for i := range m.urls {

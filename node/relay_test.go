@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // A client that leaves mid-stream is still charged for what it got.
@@ -38,7 +39,7 @@ func TestAbandonedStreamIsAccounted(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, 5*time.Second, "the abandoned stream to be accounted", func() bool {
+	wait.For(t, 5*time.Second, "the abandoned stream to be accounted", func() bool {
 		m := readAll(t, mustGet(t, f.url+"/metrics").Body)
 		return strings.Contains(m, `llmesh_requests_total{code="499",model="gpt-4o-mini",provider="p"} 1`) &&
 			strings.Contains(m, `llmesh_cost_usd_total{model="gpt-4o-mini",provider="p",tenant="t1"}`) &&

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // No secret leaves where it belongs. A three-node mesh with encrypted
@@ -83,7 +84,7 @@ func TestSecretsStayPut(t *testing.T) {
 		reports, _ := json.Marshal(nd.Mesh().Reports())
 		where.WriteString(region + " gossip:\n" + string(meta) + string(reports) + "\n")
 	}
-	eventually(t, 5*time.Second, "every node's request lines", func() bool {
+	wait.For(t, 5*time.Second, "every node's request lines", func() bool {
 		for _, l := range f.logs {
 			if strings.Count(l.String(), `"msg":"request"`) < 2 {
 				return false

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // Streaming is incremental: the client holds the first chunk about when
@@ -68,7 +69,7 @@ func TestAbandonedRequestCancelsUpstream(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, 5*time.Second, "the provider to stop generating", func() bool { return e.Stats().InFlight == 0 })
+	wait.For(t, 5*time.Second, "the provider to stop generating", func() bool { return e.Stats().InFlight == 0 })
 	if st := e.Stats(); st.StreamsCompleted != 0 {
 		t.Fatalf("provider completed the abandoned stream: %+v", st)
 	}

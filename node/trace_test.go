@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // collector is an OTLP/HTTP JSON trace receiver on loopback.
@@ -111,7 +112,7 @@ func TestTracingAcrossAForward(t *testing.T) {
 		t.Fatalf("%s via %q", resp.Status, resp.Header.Get("X-LLMesh-Via"))
 	}
 	var spans []collectedSpan
-	eventually(t, 10*time.Second, "both nodes' spans at the collector", func() bool {
+	wait.For(t, 10*time.Second, "both nodes' spans at the collector", func() bool {
 		spans = col.byRequest("traced-1")
 		return len(spans) == 2
 	})
@@ -147,7 +148,7 @@ func TestTracingAcrossAForward(t *testing.T) {
 	// Without a traceparent the node starts the trace; a refusal is a span too.
 	postAs(t, f.urls["eu"], euKey, hello, "X-Request-Id", "traced-2")
 	postAs(t, f.urls["eu"], "sk-wrong", hello, "X-Request-Id", "traced-3")
-	eventually(t, 10*time.Second, "the new trace's and the refusal's spans", func() bool {
+	wait.For(t, 10*time.Second, "the new trace's and the refusal's spans", func() bool {
 		return len(col.byRequest("traced-2")) == 1 && len(col.byRequest("traced-3")) == 1
 	})
 	if s := col.byRequest("traced-2")[0]; s.ParentSpanID != "" || len(s.TraceID) != 32 || s.TraceID == traceID {
@@ -193,7 +194,7 @@ func TestLogPrompts(t *testing.T) {
 		if resp := postTo(t, m.urls[0], body, "X-Request-Id", "logged-1"); resp.StatusCode != 200 {
 			t.Fatal(resp.Status)
 		}
-		eventually(t, 5*time.Second, "the request's log line", func() bool { return strings.Contains(logs.String(), `"msg":"request"`) })
+		wait.For(t, 5*time.Second, "the request's log line", func() bool { return strings.Contains(logs.String(), `"msg":"request"`) })
 		logged := strings.Contains(logs.String(), prompt)
 		if logged != on {
 			t.Fatalf("LogPrompts %v: prompt logged %v:\n%s", on, logged, logs)

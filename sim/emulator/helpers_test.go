@@ -179,18 +179,6 @@ func events(r io.Reader) ([]string, error) {
 	return out, sc.Err()
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // requireKeys checks that the JSON object raw has every key.
 func requireKeys(t *testing.T, what string, raw []byte, keys ...string) map[string]json.RawMessage {
 	t.Helper()

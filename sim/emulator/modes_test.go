@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 func TestRateLimit(t *testing.T) {
@@ -124,7 +126,7 @@ func TestRefuseThenUpOnTheSamePort(t *testing.T) {
 	if _, err := c.Do(req); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("in ModeRefuse: %v, want connection refused", err)
 	}
-	eventually(t, "the cut stream to end", func() bool { return e.Stats().InFlight == 0 })
+	wait.For(t, 10*time.Second, "the cut stream to end", func() bool { return e.Stats().InFlight == 0 })
 
 	cfg.TTFT = 0
 	if err := e.SetConfig(cfg); err != nil {
@@ -154,7 +156,7 @@ func TestHang(t *testing.T) {
 	if _, err := c.Do(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("hung request: %v, want deadline exceeded", err)
 	}
-	eventually(t, "the abandoned request to end", func() bool { return e.Stats().InFlight == 0 })
+	wait.For(t, 10*time.Second, "the abandoned request to end", func() bool { return e.Stats().InFlight == 0 })
 	if s := e.Stats(); s.Requests != 1 || len(s.ByStatus) != 0 {
 		t.Errorf("stats %+v", s)
 	}
@@ -169,7 +171,7 @@ func TestHang(t *testing.T) {
 		}
 		errc <- err
 	}()
-	eventually(t, "the request to hang", func() bool { return e.Stats().InFlight == 1 })
+	wait.For(t, 10*time.Second, "the request to hang", func() bool { return e.Stats().InFlight == 1 })
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.Shutdown(ctx); err != nil {
@@ -207,7 +209,7 @@ func TestCut(t *testing.T) {
 	if resp.StatusCode != 200 || !errors.Is(err, io.ErrUnexpectedEOF) || len(b) != 0 {
 		t.Errorf("cut answer: status %d, %d bytes, error %v", resp.StatusCode, len(b), err)
 	}
-	eventually(t, "cut requests to end", func() bool { return e.Stats().InFlight == 0 })
+	wait.For(t, 10*time.Second, "cut requests to end", func() bool { return e.Stats().InFlight == 0 })
 	if s := e.Stats(); s.Streams != 1 || s.StreamsCompleted != 0 || s.CompletionTokens != 5 {
 		t.Errorf("stats %+v", s)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // TestStreamPacing checks lower bounds only: a loaded machine may be late,
@@ -82,7 +84,7 @@ func TestCancelStopsStream(t *testing.T) {
 		t.Fatalf("stats while streaming %+v", s)
 	}
 	cancel()
-	eventually(t, "the abandoned stream to stop", func() bool { return e.Stats().InFlight == 0 })
+	wait.For(t, 10*time.Second, "the abandoned stream to stop", func() bool { return e.Stats().InFlight == 0 })
 	s := e.Stats()
 	if s.StreamsCompleted != 0 || s.CompletionTokens < 1 || s.CompletionTokens > 20 {
 		t.Errorf("after cancellation %+v", s)
