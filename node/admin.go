@@ -32,7 +32,7 @@ var (
 // let anyone steer the node.
 func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if want := n.s.adminToken.Reveal(); want != "" {
+		if want := n.s.AdminToken.Reveal(); want != "" {
 			got := bearer(r.Header.Get("Authorization"))
 			// The dashboard's session cookie reads the mesh's state; only
 			// the token steers, or profiles.
@@ -104,8 +104,8 @@ type MemberInfo struct {
 func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 	if n.mesh == nil {
 		writeJSON(w, http.StatusOK, map[string]any{"members": []MemberInfo{{
-			Name: n.s.name, Region: n.s.region, Jurisdiction: n.s.jurisdiction, HTTP: n.HTTPAddr(),
-			State: "alive", Voter: n.s.voter, RTTMillis: 0, Self: true,
+			Name: n.s.Name, Region: n.s.Region, Jurisdiction: n.s.Jurisdiction, HTTP: n.HTTPAddr(),
+			State: "alive", Voter: n.s.Voter, RTTMillis: 0, Self: true,
 		}}})
 		return
 	}
@@ -196,7 +196,7 @@ func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, info)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.name, "providers": out})
+	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.Name, "providers": out})
 }
 
 // join serves POST /v1/mesh/join {"addrs": ["host:port", ...]}.

@@ -4,12 +4,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/llmesh/llmesh/node/config"
 )
 
 // Without an admin token, the admin API answers loopback clients only
 // (and, of those, not web pages: TestTokenlessAdminRefusesBrowsers).
 func TestAdminWithoutTokenIsLoopbackOnly(t *testing.T) {
-	n := &Node{s: &settings{}}
+	n := &Node{s: &config.Runtime{}}
 	called := 0
 	h := n.admin(func(w http.ResponseWriter, r *http.Request) { called++ })
 	for _, tc := range []struct {

@@ -322,12 +322,12 @@ func (n *Node) auditDecision(e *decision) {
 	if n.audit == nil || !e.residency.Restricted() {
 		return
 	}
-	rec := &AuditRecord{Time: e.at.UTC(), RequestID: e.id, Node: n.s.name, Tenant: e.tenant, Residency: string(e.residency.Jurisdiction),
+	rec := &AuditRecord{Time: e.at.UTC(), RequestID: e.id, Node: n.s.Name, Tenant: e.tenant, Residency: string(e.residency.Jurisdiction),
 		Strict: e.strict, Status: e.status, Outcome: outcome(e.status, e.res)}
 	if e.origin != "" {
 		rec.Nodes = append(rec.Nodes, e.origin)
 	}
-	rec.Nodes = append(rec.Nodes, n.s.name)
+	rec.Nodes = append(rec.Nodes, n.s.Name)
 	if r := e.res; r != nil && r.Target != nil {
 		if r.Target.Via != "" {
 			rec.Nodes = append(rec.Nodes, r.Target.Via)

@@ -1,401 +1,44 @@
 package node
 
-import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"net/url"
-	"os"
-	"regexp"
-	"strconv"
-	"strings"
-	"time"
+import "github.com/llmesh/llmesh/node/config"
 
-	"go.yaml.in/yaml/v3"
+// Config is the node's configuration file; package config defines it and
+// its sections. The aliases keep node.Config and its sections usable by
+// the node's callers.
+type Config = config.File
+
+// The sections of Config.
+type (
+	NodeSection     = config.NodeSection
+	DrainSection    = config.DrainSection
+	TLSSection      = config.TLSSection
+	RegionSection   = config.RegionSection
+	ProviderSection = config.ProviderSection
+	RateSection     = config.RateSection
+	ModelSection    = config.ModelSection
+	TenantSection   = config.TenantSection
+	GroupSection    = config.GroupSection
+	TierSection     = config.TierSection
+	BudgetSection   = config.BudgetSection
+	LimitsSection   = config.LimitsSection
+	TimeoutsSection = config.TimeoutsSection
+	OutlierSection  = config.OutlierSection
+	ProbesSection   = config.ProbesSection
+	AuditSection    = config.AuditSection
+	TracingSection  = config.TracingSection
+	Duration        = config.Duration
 )
 
-// Config is the node's configuration file, as CONTRACT.md names it. Every
-// key is strict: an unknown key or an invalid value fails start-up with a
-// message naming the field. Secrets are never in the file: only the names
-// of the environment variables holding them.
-type Config struct {
-	Node      NodeSection       `yaml:"node"`
-	Regions   []RegionSection   `yaml:"regions"`
-	Providers []ProviderSection `yaml:"providers"`
-	Tenants   []TenantSection   `yaml:"tenants"`
-	Groups    []GroupSection    `yaml:"groups"`
-	Limits    LimitsSection     `yaml:"limits"`
-	Timeouts  TimeoutsSection   `yaml:"timeouts"`
-	Outlier   OutlierSection    `yaml:"outlier"`
-	Probes    ProbesSection     `yaml:"probes"`
-	Tracing   TracingSection    `yaml:"tracing"`
-	Audit     AuditSection      `yaml:"audit"`
-}
-
-// NodeSection describes this node.
-type NodeSection struct {
-	Name            string   `yaml:"name"`             // unique in the mesh
-	Region          string   `yaml:"region"`           // one of regions[].name
-	DataDir         string   `yaml:"data_dir"`         // where durable state lives
-	HTTP            string   `yaml:"http"`             // OpenAI API, admin, /metrics; default 127.0.0.1:8080
-	RPC             string   `yaml:"rpc"`              // gRPC between nodes
-	Gossip          string   `yaml:"gossip"`           // memberlist, TCP and UDP
-	Raft            string   `yaml:"raft"`             // Raft transport, voters only
-	Advertise       string   `yaml:"advertise"`        // address peers should use
-	Voter           bool     `yaml:"voter"`            // holds a replica of the ledger
-	BootstrapExpect int      `yaml:"bootstrap_expect"` // voters to wait for before the first election
-	Join            []string `yaml:"join"`             // gossip seeds
-	AdminTokenEnv   string   `yaml:"admin_token_env"`  // environment variable holding the admin token
-	GossipKeyEnv    string   `yaml:"gossip_key_env"`   // environment variable holding the base64 32-byte gossip key
-	GossipKeyFile   string   `yaml:"gossip_key_file"`  // or a file holding it
-	Cluster         string   `yaml:"cluster"`          // gossip label: nodes of other clusters are refused
-	// TLS, when set, makes every connection between nodes (gRPC and the
-	// Raft transport) mutual TLS with certificates from these files.
-	TLS *TLSSection `yaml:"tls"`
-	// Drain bounds a graceful stop (llmesh drain, leave, SIGTERM).
-	Drain DrainSection `yaml:"drain"`
-}
-
-// DrainSection says how a node stops taking traffic.
-type DrainSection struct {
-	// Grace is how long a draining node keeps accepting connections,
-	// handing new requests to peers, after it announced it drains and
-	// /readyz turned 503: load balancers and clients polling readiness
-	// move away meanwhile. Default 5s.
-	Grace Duration `yaml:"grace"`
-	// Timeout bounds the whole drain: requests and streams in flight
-	// that have not finished by then are cut. Default 30s.
-	Timeout Duration `yaml:"timeout"`
-}
-
-// TLSSection names the PEM files of a node's certificate, its key and the
-// mesh's CA (`llmesh tls init` writes development ones).
-type TLSSection struct {
-	CAFile   string `yaml:"ca_file"`
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-}
-
-// RegionSection maps a region to its jurisdiction.
-type RegionSection struct {
-	Name         string `yaml:"name"`
-	Jurisdiction string `yaml:"jurisdiction"`
-}
-
-// ProviderSection is one upstream provider.
-type ProviderSection struct {
-	Name          string         `yaml:"name"`
-	Kind          string         `yaml:"kind"`          // openai (default) | azure
-	Region        string         `yaml:"region"`        // one of regions[].name
-	Reach         string         `yaml:"reach"`         // global (default) | region
-	Jurisdictions []string       `yaml:"jurisdictions"` // default: the region's
-	BaseURL       string         `yaml:"base_url"`
-	Replicas      []string       `yaml:"replicas"`
-	APIKeyEnv     string         `yaml:"api_key_env"`
-	APIVersion    string         `yaml:"api_version"` // azure only, required there
-	Priority      int            `yaml:"priority"`
-	Limits        RateSection    `yaml:"limits"`
-	Models        []ModelSection `yaml:"models"`
-}
-
-// RateSection is a provider's mesh-wide rate limits; 0 means none.
-type RateSection struct {
-	RPM int `yaml:"rpm"`
-	TPM int `yaml:"tpm"`
-}
-
-// ModelSection is a model a provider serves.
-type ModelSection struct {
-	Name             string  `yaml:"name"`       // what clients ask for
-	Upstream         string  `yaml:"upstream"`   // the provider's name for it; default name
-	Deployment       string  `yaml:"deployment"` // azure deployment; required there
-	InputUSDPerMTok  float64 `yaml:"input_usd_per_mtok"`
-	OutputUSDPerMTok float64 `yaml:"output_usd_per_mtok"`
-	MaxOutputTokens  int     `yaml:"max_output_tokens"` // default 4096
-}
-
-// TenantSection is one tenant: who may call, where its data may go and
-// what it may spend.
-type TenantSection struct {
-	Name      string   `yaml:"name"`
-	KeySHA256 []string `yaml:"key_sha256"` // hex SHA-256 of each API key
-	Residency string   `yaml:"residency"`  // optional jurisdiction
-	// StrictTransit keeps the tenant's requests on nodes of its
-	// residency's jurisdiction too, not only its providers.
-	StrictTransit bool           `yaml:"strict_transit"`
-	Budget        *BudgetSection `yaml:"budget"`
-	// Priority orders the tenant's requests waiting for admission:
-	// interactive (the default) ahead of batch.
-	Priority string `yaml:"priority"`
-}
-
-// GroupSection is a model name standing for several models: the planner
-// chooses among their providers by the same policy, within the tier the
-// prompt's size picks, and by weight when weights are given (sticky per
-// session).
-type GroupSection struct {
-	Name    string         `yaml:"name"`    // what clients ask for, e.g. auto
-	Members []string       `yaml:"members"` // models some provider serves
-	Tiers   []TierSection  `yaml:"tiers"`   // optional, in order; the first that fits applies
-	Weights map[string]int `yaml:"weights"` // optional: member -> share of sessions
-}
-
-// TierSection routes prompts of up to MaxPromptTokens (0: any) to its
-// members.
-type TierSection struct {
-	MaxPromptTokens int      `yaml:"max_prompt_tokens"`
-	Members         []string `yaml:"members"`
-}
-
-// BudgetSection is a tenant's spending limit.
-type BudgetSection struct {
-	USD    float64 `yaml:"usd"`
-	Period string  `yaml:"period"` // day | month | total
-}
-
-// LimitsSection bounds what a client may send and a provider may answer.
-type LimitsSection struct {
-	MaxBodyBytes     int64 `yaml:"max_body_bytes"`     // a request body; default 8 MiB
-	MaxAttempts      int   `yaml:"max_attempts"`       // providers tried per request; default 3
-	MaxResponseBytes int64 `yaml:"max_response_bytes"` // a non-streamed answer; default 32 MiB
-	MaxEventBytes    int   `yaml:"max_event_bytes"`    // one streamed event; default 1 MiB
-	MaxHeaderBytes   int   `yaml:"max_header_bytes"`   // a request's headers; default 64 KiB
-	MaxMessages      int   `yaml:"max_messages"`       // messages in one request; default 4096
-	// MaxConcurrentPerTenant bounds one tenant's requests in flight on
-	// this node (forwards from peers are counted where they entered);
-	// default 256.
-	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
-	// MaxStreamDuration bounds one stream from its request to its end;
-	// default 1h.
-	MaxStreamDuration Duration `yaml:"max_stream_duration"`
-	// AdmissionWait is the longest a request waits for budget escrow or
-	// a rate share this node does not hold yet (a top-up in flight, a
-	// share being renewed) before it is answered 429; default 2s. The
-	// client's own deadline bounds it too.
-	AdmissionWait Duration `yaml:"admission_wait"`
-	// AdmissionQueue bounds the requests waiting so on this node at once;
-	// default 1024.
-	AdmissionQueue int `yaml:"admission_queue"`
-}
-
-// TimeoutsSection sets each phase's timeout separately.
-type TimeoutsSection struct {
-	Connect     Duration `yaml:"connect"`      // TCP+TLS to a provider; default 5s
-	FirstByte   Duration `yaml:"first_byte"`   // to a stream's first event; default 60s
-	Response    Duration `yaml:"response"`     // to a whole non-streamed answer; default 10m
-	StreamIdle  Duration `yaml:"stream_idle"`  // between two events of a stream; default 60s
-	ReadHeader  Duration `yaml:"read_header"`  // a client's request headers; default 10s
-	ReadBody    Duration `yaml:"read_body"`    // a client's request body; default 30s
-	ClientWrite Duration `yaml:"client_write"` // one write to a client that stopped reading; default 30s
-}
-
-// OutlierSection tunes outlier detection.
-type OutlierSection struct {
-	ConsecutiveFailures int      `yaml:"consecutive_failures"` // default 5
-	BaseEjection        Duration `yaml:"base_ejection"`        // default 5s, doubling per ejection
-	MaxEjection         Duration `yaml:"max_ejection"`         // default 5m
-}
-
-// ProbesSection tunes active health probes: a provider nobody in the
-// region has called for Idle gets a one-token request from one node of
-// the region.
-type ProbesSection struct {
-	Idle     Duration `yaml:"idle"`     // default 30s
-	Disabled bool     `yaml:"disabled"` // no probes at all
-}
-
-// AuditSection places the audit trail: a line per routing decision for a
-// tenant with a residency, appended to DIR/audit.jsonl and rotated at
-// max_file_mb. On by default, in DATA_DIR/audit.
-type AuditSection struct {
-	Dir       string `yaml:"dir"`         // default DATA_DIR/audit
-	MaxFileMB int    `yaml:"max_file_mb"` // default 64
-	Disabled  bool   `yaml:"disabled"`    // no audit trail at all
-}
-
-// TracingSection sends a span per request to an OpenTelemetry collector
-// (OTLP over HTTP, JSON encoding). Off unless otlp_endpoint is set; the
-// W3C traceparent header is honoured and passed on either way.
-type TracingSection struct {
-	OTLPEndpoint string   `yaml:"otlp_endpoint"` // e.g. http://127.0.0.1:4318/v1/traces
-	HeadersEnv   string   `yaml:"headers_env"`   // environment variable holding "key=value,..." headers for the collector
-	SampleRatio  *float64 `yaml:"sample_ratio"`  // of the traces this node starts (a caller's sampled flag is followed); default 1
-	ServiceName  string   `yaml:"service_name"`  // default llmesh
-}
-
-// Duration is a time.Duration written as "5s" or "10m" in YAML.
-type Duration time.Duration
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"5s\"", n.Line)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: %q is not a duration such as \"5s\"", n.Line, s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// LoadConfig reads and strictly decodes the configuration file at path.
-func LoadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	c, err := ParseConfig(b)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
-}
-
-// ParseConfig strictly decodes a YAML configuration document.
-func ParseConfig(b []byte) (*Config, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	var c Config
-	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("the file is empty")
-		}
-		return nil, friendlyYAML(b, err)
-	}
-	var extra any
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("the file holds more than one YAML document")
-	}
-	return &c, nil
-}
-
-var (
-	yamlErrLine     = regexp.MustCompile(`^line (\d+): (.*)$`)
-	yamlUnknownKey  = regexp.MustCompile(`^field (\S+) not found in type`)
-	yamlBadValue    = regexp.MustCompile("^cannot unmarshal !!\\w+ `([^`]*)` into (\\S+)")
-	yamlBadKind     = regexp.MustCompile(`^cannot unmarshal !!(\w+) into (\S+)`)
-	yamlPathOfGoTyp = strings.NewReplacer("time.", "", "node.", "", "[]", "list of ")
+// Defaults applied to a configuration.
+const (
+	DefaultHTTPAddr     = config.DefaultHTTPAddr
+	DefaultMaxBodyBytes = config.DefaultMaxBodyBytes
 )
 
-// friendlyYAML rewrites the decoder's errors, which name a line and a Go
-// type, as config paths: "node.votre: unknown field (line 12)".
-func friendlyYAML(b []byte, err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(b, &root)
-	var out []string
-	for _, e := range te.Errors {
-		m := yamlErrLine.FindStringSubmatch(e)
-		if m == nil {
-			out = append(out, e)
-			continue
-		}
-		line, _ := strconv.Atoi(m[1])
-		k, v, w := yamlUnknownKey.FindStringSubmatch(m[2]), yamlBadValue.FindStringSubmatch(m[2]), yamlBadKind.FindStringSubmatch(m[2])
-		switch {
-		case k != nil:
-			out = append(out, fmt.Sprintf("%s: unknown field (line %d)", yamlPath(&root, line, k[1], true), line))
-		case v != nil:
-			out = append(out, fmt.Sprintf("%s: %q is not a valid %s (line %d)", yamlPath(&root, line, v[1], false), v[1], yamlPathOfGoTyp.Replace(v[2]), line))
-		case w != nil:
-			out = append(out, fmt.Sprintf("%s: a %s is not a valid %s (line %d)", yamlPath(&root, line, "", false), w[1], yamlPathOfGoTyp.Replace(w[2]), line))
-		default:
-			out = append(out, e)
-		}
-	}
-	return errors.New(strings.Join(out, "\n"))
-}
+// LoadConfig reads and strictly decodes the configuration file at path
+// (config.Load).
+func LoadConfig(path string) (*Config, error) { return config.Load(path) }
 
-// yamlPath finds the path of the key (isKey) or the value named token on
-// line, e.g. "providers[0].models[1].price"; an empty token matches a
-// map or list there, the deepest first. It returns "?" when none matches.
-func yamlPath(n *yaml.Node, line int, token string, isKey bool) string {
-	matches := func(v *yaml.Node) bool {
-		if token == "" {
-			return v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode
-		}
-		return v.Kind == yaml.ScalarNode && v.Value == token
-	}
-	var walk func(n *yaml.Node, path string) string
-	walk = func(n *yaml.Node, path string) string {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				if p := walk(c, path); p != "" {
-					return p
-				}
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				kp := k.Value
-				if path != "" {
-					kp = path + "." + k.Value
-				}
-				if k.Line == line && isKey && k.Value == token {
-					return kp
-				}
-				if p := walk(v, kp); p != "" {
-					return p
-				}
-				if v.Line == line && !isKey && matches(v) {
-					return kp
-				}
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				ip := fmt.Sprintf("%s[%d]", path, i)
-				if p := walk(c, ip); p != "" {
-					return p
-				}
-				if c.Line == line && !isKey && matches(c) {
-					return ip
-				}
-			}
-		}
-		return ""
-	}
-	if p := walk(n, ""); p != "" {
-		return p
-	}
-	return "?"
-}
-
-var (
-	nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$`)
-	envNamePattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	sha256Pattern   = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
-)
-
-func checkHostPort(field, v string, problems *[]error) {
-	if v == "" {
-		return
-	}
-	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
-		*problems = append(*problems, fmt.Errorf("%s: %q is not a host:port address", field, v))
-	}
-}
-
-func checkURL(field, v string, problems *[]error) {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		*problems = append(*problems, fmt.Errorf("%s: %q is not an absolute http(s) URL", field, v))
-		return
-	}
-	if u.User != nil {
-		*problems = append(*problems, fmt.Errorf("%s: credentials belong in api_key_env, not in the URL", field))
-	}
-}
-
-func checkEnvName(field, v string, problems *[]error) {
-	if v != "" && !envNamePattern.MatchString(v) {
-		*problems = append(*problems, fmt.Errorf("%s: %q is not an environment variable name", field, v))
-	}
-}
+// ParseConfig strictly decodes a YAML configuration document
+// (config.Parse).
+func ParseConfig(b []byte) (*Config, error) { return config.Parse(b) }

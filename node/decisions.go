@@ -124,5 +124,5 @@ func (n *Node) decisionsHandler(w http.ResponseWriter, r *http.Request) {
 	for _, e := range n.decided.last(limit) {
 		out = append(out, e.view())
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.name, "decisions": out})
+	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.Name, "decisions": out})
 }

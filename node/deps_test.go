@@ -19,7 +19,9 @@ func TestImportRules(t *testing.T) {
 		"proto":        {},
 		"consensus":    {"proto", "route", "region"},
 		"sim/emulator": {"route", "region"},
-		"node":         {"route", "region", "gossip", "consensus", "proto"},
+		"node":         {"route", "region", "gossip", "consensus", "proto", "node/config", "node/pki"},
+		"node/config":  {"route", "region", "gossip", "consensus", "proto", "node/pki"},
+		"node/pki":     {},
 		"sim/harness":  {"node", "route", "region", "gossip", "consensus", "proto", "sim/emulator"},
 		"sim/bench":    {}, // the load generator: standard library only
 		"cmd/llmesh":   {"*"},

@@ -40,7 +40,7 @@ func (n *Node) Drain() {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), n.s.drainTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), n.s.DrainTimeout)
 		defer cancel()
 		if err := n.Shutdown(ctx); err != nil {
 			n.log.Warn("drain finished with errors", "err", err)
@@ -56,7 +56,7 @@ func (n *Node) Done() <-chan struct{} { return n.done }
 func (n *Node) Draining() bool { return n.draining.Load() }
 
 // DrainTimeout is the configured bound on a drain (node.drain.timeout).
-func (n *Node) DrainTimeout() time.Duration { return n.s.drainTimeout }
+func (n *Node) DrainTimeout() time.Duration { return n.s.DrainTimeout }
 
 func (n *Node) setPhase(p string) {
 	n.phase.Store(&p)
@@ -78,7 +78,7 @@ func (n *Node) grace(ctx context.Context, wasReady bool) {
 	if !wasReady || n.ln == nil {
 		return
 	}
-	t := time.NewTimer(n.s.drainGrace)
+	t := time.NewTimer(n.s.DrainGrace)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -98,10 +98,10 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 	}
 	for _, peer := range n.handoffPeers(req) {
 		in := &pb.ForwardRequest{
-			Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
+			Origin: n.s.Name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
 			StrictTransit: req.StrictTransit, Session: req.Session, Body: body, Handoff: true,
 		}
-		note := fmt.Sprintf("handed off: %s drains", n.s.name)
+		note := fmt.Sprintf("handed off: %s drains", n.s.Name)
 		fw := n.forward.hop(ctx, peer.Meta.RPC, peer.Name, in, req.Chat.Stream, req.TraceParent, req.TraceState, note, sink)
 		res := &route.Result{Target: &route.Target{Via: peer.Name}, Provider: fw.Provider,
 			Usage: fw.Usage, Cost: fw.Cost, TTFT: fw.TTFT, Truncated: fw.Truncated, ClientGone: fw.ClientGone}

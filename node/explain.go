@@ -104,7 +104,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := Explanation{
-		Node: n.s.name, Tenant: req.Tenant, Model: chat.Model, Residency: req.Residency.String(),
+		Node: n.s.Name, Tenant: req.Tenant, Model: chat.Model, Residency: req.Residency.String(),
 		StrictTransit: req.StrictTransit, Session: req.Session, Targets: []TargetView{}, Dropped: []DroppedView{},
 	}
 	plan, err := n.planner().Plan(req, n.now())
@@ -123,7 +123,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 				TTFTMs: ms(tg.Health.TTFT), LatencyMs: ms(tg.Health.Latency), Why: plan.Why(i),
 			}
 			if v.Via == "" {
-				v.Via = n.s.name
+				v.Via = n.s.Name
 			}
 			if tg.Offer.Provider.Ring != nil && tg.Via == "" {
 				v.Replica = route.ReplicaName(tg.Endpoint())

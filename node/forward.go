@@ -94,11 +94,11 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	}
 	if !n.ready.Load() || (in.Handoff && n.draining.Load()) {
 		// The sender tries another node.
-		return refuse(fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.name))
+		return refuse(fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.Name))
 	}
 	t, ok := n.tenants.Load().named(in.Tenant)
 	if !ok {
-		return refuse(fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.name))
+		return refuse(fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.Name))
 	}
 	residency, strict = n.policyOf(t)
 	if in.Residency != "" {
@@ -106,7 +106,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		if err != nil {
 			// The sender thinks the tenant may go further than this node
 			// does: this node's view holds.
-			return refuse(fmt.Errorf("%w: node %s: %v", route.ErrNoCompliantProvider, n.s.name, err))
+			return refuse(fmt.Errorf("%w: node %s: %v", route.ErrNoCompliantProvider, n.s.Name, err))
 		}
 		residency = r
 	}
@@ -115,7 +115,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		// The data already passed through a node outside its
 		// jurisdiction, or one this node cannot place: not through here.
 		return refuse(fmt.Errorf("%w: node %s: strict transit: the sending node %s is not in jurisdiction %s",
-			route.ErrNoCompliantProvider, n.s.name, in.Origin, residency.Jurisdiction))
+			route.ErrNoCompliantProvider, n.s.Name, in.Origin, residency.Jurisdiction))
 	}
 	n.logPrompt(in.RequestId, t.Name, in.Body)
 	chat, err := n.parseChat(in.Body)
@@ -131,7 +131,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
 		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
 		TraceParent: traceparent, TraceState: traceState(traceparent, incomingMetadata(stream.Context(), "tracestate")),
-		Priority: t.Priority, AdmitBy: start.Add(n.s.admissionWait), Spilled: in.Spill,
+		Priority: t.Priority, AdmitBy: start.Add(n.s.AdmissionWait), Spilled: in.Spill,
 	}
 	if n.draining.Load() {
 		req.AdmitBy = start // a draining node does not hold a peer's request in its queue
@@ -165,7 +165,7 @@ func (n *Node) memberIn(name string, j region.Jurisdiction) bool {
 	if !ok {
 		return false
 	}
-	reg, ok := n.s.regions.Lookup(m.Meta.Region)
+	reg, ok := n.s.Regions.Lookup(m.Meta.Region)
 	return ok && reg.Jurisdiction == j
 }
 
@@ -268,9 +268,9 @@ type forwarder struct {
 var _ route.Forwarder = (*forwarder)(nil)
 
 func newForwarder(n *Node, view *meshView) *forwarder {
-	auth := consensus.PeerAuth{Token: n.s.rpcToken}
-	if n.s.tls != nil {
-		auth.TLS = n.s.tls.client
+	auth := consensus.PeerAuth{Token: n.s.RPCToken}
+	if n.s.TLS != nil {
+		auth.TLS = n.s.TLS.Client
 	}
 	return &forwarder{n: n, view: view, auth: auth, conns: map[string]*grpc.ClientConn{}}
 }
@@ -295,7 +295,7 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	opts := append(f.auth.DialOptions(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout, PermitWithoutStream: true,
-	}), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(int(f.n.s.maxBodyBytes)+64<<10)))
+	}), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(int(f.n.s.MaxBodyBytes)+64<<10)))
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
@@ -328,7 +328,7 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 		return route.Forwarded{Err: fmt.Errorf("node %s takes no forwards (no node.rpc)", t.Via)}
 	}
 	return f.hop(ctx, mem.Meta.RPC, t.Via, &pb.ForwardRequest{
-		Origin: n.s.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
+		Origin: n.s.Name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
 		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
 		Spill: t.Spill,
 	}, req.Chat.Stream, req.TraceParent, req.TraceState, routeNote, sink)
@@ -349,7 +349,7 @@ func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRe
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the call, and the far node's upstream call with it
 	var timedOut atomic.Bool
-	cfg := n.s.executor
+	cfg := n.s.Executor
 	wait := cfg.ResponseTimeout
 	if stream {
 		wait = cfg.FirstByteTimeout

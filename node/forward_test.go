@@ -21,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/pki"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
@@ -423,7 +424,7 @@ func TestForwardReceiverRechecksResidency(t *testing.T) {
 func writeCerts(t *testing.T, names ...string) map[string]*node.TLSSection {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := node.NewCA(time.Now())
+	ca, err := pki.NewCA(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func writeCerts(t *testing.T, names ...string) map[string]*node.TLSSection {
 	}
 	out := map[string]*node.TLSSection{}
 	for _, n := range names {
-		p, err := node.NewNodeCert(ca, n, nil, time.Now())
+		p, err := pki.NewNodeCert(ca, n, nil, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

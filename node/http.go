@@ -30,7 +30,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", n.only(http.MethodPost, n.chat))
 	mux.HandleFunc("/v1/models", n.only(http.MethodGet, n.models))
 	mux.HandleFunc("/healthz", n.only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.name})
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.Name})
 	}))
 	mux.HandleFunc("/readyz", n.only(http.MethodGet, n.readyz))
 	metrics := promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg})
@@ -65,7 +65,7 @@ func (n *Node) routes() http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.clientWrite))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.ClientWrite))
 		writeError(w, errNotFound)
 	})
 	return mux
@@ -78,7 +78,7 @@ func (n *Node) routes() http.Handler {
 // fail this one. Streams move theirs forward as they flow (httpSink).
 func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.clientWrite))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.ClientWrite))
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header()["Allow"] = []string{method}
 			writeError(w, errMethod)
@@ -90,10 +90,10 @@ func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 
 func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	if !n.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "node": n.s.name})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "node": n.s.Name})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "node": n.s.name})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "node": n.s.Name})
 }
 
 // models lists the models this tenant may use: those with at least one
@@ -147,8 +147,8 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		n.metrics.inFlight.Dec()
 		n.inFlight.Add(-1)
 	}()
-	w.Header()["X-Llmesh-Node"] = []string{n.s.name}
-	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.clientWrite}
+	w.Header()["X-Llmesh-Node"] = []string{n.s.Name}
+	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
 
 	var (
 		model   = "unknown"
@@ -191,7 +191,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	tenant = t.Name
 	if !n.tenantEnter(t.Name) {
 		fail(&route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("tenant %s has %d requests in flight on node %s, its most (limits.max_concurrent_per_tenant)",
-			t.Name, n.s.maxInFlight, n.s.name)})
+			t.Name, n.s.MaxInFlight, n.s.Name)})
 		return
 	}
 	defer n.tenantLeave(t.Name)
@@ -214,7 +214,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id,
 		TraceParent: traceparent, TraceState: traceState(traceparent, r.Header.Get("Tracestate"))}
 	req.Residency, req.StrictTransit = n.policyOf(t)
-	req.Priority, req.AdmitBy = t.Priority, start.Add(n.s.admissionWait)
+	req.Priority, req.AdmitBy = t.Priority, start.Add(n.s.AdmissionWait)
 	if req.Session == "" {
 		req.Session = chat.User
 	}
@@ -225,7 +225,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 			fail(&route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
 			return
 		}
-		if !slices.Contains(n.s.regions.Jurisdictions(), req.Residency.Jurisdiction) {
+		if !slices.Contains(n.s.Regions.Jurisdictions(), req.Residency.Jurisdiction) {
 			fail(&route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
 			return
 		}
@@ -308,8 +308,8 @@ func (n *Node) parseChat(body []byte) (*route.ChatRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(chat.Messages) > n.s.maxMessages {
-		return nil, &route.InvalidRequestError{Param: "messages", Msg: fmt.Sprintf("%d messages; this node takes at most %d (limits.max_messages)", len(chat.Messages), n.s.maxMessages)}
+	if len(chat.Messages) > n.s.MaxMessages {
+		return nil, &route.InvalidRequestError{Param: "messages", Msg: fmt.Sprintf("%d messages; this node takes at most %d (limits.max_messages)", len(chat.Messages), n.s.MaxMessages)}
 	}
 	return chat, nil
 }
@@ -322,7 +322,7 @@ func (n *Node) tenantEnter(tenant string) bool {
 	if !ok {
 		c, _ = n.perTenant.LoadOrStore(tenant, new(atomic.Int64))
 	}
-	if c.(*atomic.Int64).Add(1) > int64(n.s.maxInFlight) {
+	if c.(*atomic.Int64).Add(1) > int64(n.s.MaxInFlight) {
 		c.(*atomic.Int64).Add(-1)
 		return false
 	}
@@ -394,18 +394,18 @@ func asciiIn(s string, lo, hi byte) bool {
 // deadline first would let net/http wait for the rest of the body before
 // answering, which a trickling client never sends.
 func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *http.Request) ([]byte, error) {
-	if r.ContentLength > n.s.maxBodyBytes {
+	if r.ContentLength > n.s.MaxBodyBytes {
 		return nil, errTooLarge
 	}
 	// Deadlines are on the wall clock, whatever clock the node plans with.
-	_ = rc.SetReadDeadline(time.Now().Add(n.s.readBody))
+	_ = rc.SetReadDeadline(time.Now().Add(n.s.ReadBody))
 	var buf []byte
 	if r.ContentLength > 0 {
 		// Sized by what is declared, up to 64 KiB: a client that declares
 		// megabytes and sends nothing gets no megabytes held for it.
 		buf = make([]byte, 0, min(r.ContentLength+1, 64<<10))
 	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, n.s.maxBodyBytes), buf)
+	body, err := readAll(http.MaxBytesReader(w, r.Body, n.s.MaxBodyBytes), buf)
 	if err != nil {
 		_ = r.Body.Close()
 		var tooLarge *http.MaxBytesError
@@ -413,7 +413,7 @@ func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *h
 			return nil, errTooLarge
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &route.InvalidRequestError{Msg: fmt.Sprintf("could not read the request body: it did not arrive within %s", n.s.readBody)}
+			return nil, &route.InvalidRequestError{Msg: fmt.Sprintf("could not read the request body: it did not arrive within %s", n.s.ReadBody)}
 		}
 		return nil, &route.InvalidRequestError{Msg: "could not read the request body: the connection failed"}
 	}
@@ -461,7 +461,7 @@ func (n *Node) account(e decision, sp *span) {
 	if e.origin != "" {
 		attrs = append(attrs, "forwarded_by", e.origin)
 	}
-	via := n.s.name
+	via := n.s.Name
 	if res != nil {
 		m.admissionWait.Observe(res.AdmissionWait.Seconds())
 		if res.AdmissionWait > 0 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
@@ -45,27 +46,27 @@ type ledger struct {
 // use faster timings or in-memory stores).
 type LedgerTuning func(*consensus.ServerConfig)
 
-func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning) (*ledger, error) {
+func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning LedgerTuning) (*ledger, error) {
 	l := &ledger{n: n, configBudgeted: map[string]bool{}}
-	for _, t := range s.tenants {
-		if t.budget != nil {
-			l.configBudgeted[t.name] = true
+	for _, t := range s.Tenants {
+		if t.Budget != nil {
+			l.configBudgeted[t.Name] = true
 		}
 	}
 	var unknown map[string]bool
 	l.budgeted.Store(&unknown)
-	if s.voter {
+	if s.Voter {
 		cfg := consensus.ServerConfig{
-			ID: s.name, Bind: s.raftAddr, DataDir: s.dataDir, BootstrapExpect: s.bootstrapExpect,
+			ID: s.Name, Bind: s.RaftAddr, DataDir: s.DataDir, BootstrapExpect: s.BootstrapExpect,
 			Seed: func() []consensus.Command { return seedCommands(s, n.catalog()) }, Membership: membership{n},
 			Logger: n.log.With("component", "raft"), Clock: n.now,
 		}
-		if s.tls != nil {
-			cfg.TLS = &consensus.TLSConfig{Server: s.tls.server, Client: s.tls.client}
+		if s.TLS != nil {
+			cfg.TLS = &consensus.TLSConfig{Server: s.TLS.Server, Client: s.TLS.Client}
 		}
-		if s.advertise != "" {
-			_, port, _ := net.SplitHostPort(s.raftAddr)
-			cfg.Advertise = net.JoinHostPort(s.advertise, port)
+		if s.Advertise != "" {
+			_, port, _ := net.SplitHostPort(s.RaftAddr)
+			cfg.Advertise = net.JoinHostPort(s.Advertise, port)
 		}
 		if tuning != nil {
 			tuning(&cfg)
@@ -77,13 +78,13 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 		srv.ObserveApply(func(d time.Duration) { n.metrics.raftApply.Observe(d.Seconds()) })
 		l.server = srv
 	}
-	auth := consensus.PeerAuth{Token: s.rpcToken}
-	if s.tls != nil {
-		auth.TLS = s.tls.client
+	auth := consensus.PeerAuth{Token: s.RPCToken}
+	if s.TLS != nil {
+		auth.TLS = s.TLS.Client
 	}
-	l.client = consensus.NewClient(s.name, l.server, membership{n}, auth)
-	l.budgets = consensus.NewBudgetHolder(s.name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
-	l.budgets.SetAdmission(s.admissionQueue)
+	l.client = consensus.NewClient(s.Name, l.server, membership{n}, auth)
+	l.budgets = consensus.NewBudgetHolder(s.Name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
+	l.budgets.SetAdmission(s.AdmissionQueue)
 	l.budgets.SetRecalls(func(ctx context.Context) ([]string, error) {
 		b, _, err := l.client.Read(ctx, "recalls", false)
 		if err != nil {
@@ -93,7 +94,7 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 		err = json.Unmarshal(b, &tenants)
 		return tenants, err
 	})
-	l.rates = consensus.NewRateHolder(s.name, catalog.Providers(), l.client.Rates, func() int {
+	l.rates = consensus.NewRateHolder(s.Name, catalog.Providers(), l.client.Rates, func() int {
 		if n.mesh == nil {
 			return 1
 		}
@@ -110,18 +111,18 @@ func newLedger(n *Node, s *settings, catalog *route.Catalog, tuning LedgerTuning
 
 // seedCommands are the configuration's tenants and provider capacities,
 // applied by each new leader where the ledger has none yet.
-func seedCommands(s *settings, catalog *route.Catalog) []consensus.Command {
+func seedCommands(s *config.Runtime, catalog *route.Catalog) []consensus.Command {
 	var out []consensus.Command
-	for _, t := range s.tenants {
-		ct := consensus.Tenant{Name: t.name, Residency: string(t.residency.Jurisdiction), StrictTransit: t.strict}
-		for _, k := range t.keys {
+	for _, t := range s.Tenants {
+		ct := consensus.Tenant{Name: t.Name, Residency: string(t.Residency.Jurisdiction), StrictTransit: t.StrictTransit}
+		for _, k := range t.Keys {
 			ct.KeySHA256 = append(ct.KeySHA256, fmt.Sprintf("%x", k))
 		}
-		if t.budget != nil {
-			ct.Budget = &consensus.Budget{Limit: consensus.RoundNanos(t.budget.USD), Period: t.budget.Period}
+		if t.Budget != nil {
+			ct.Budget = &consensus.Budget{Limit: consensus.RoundNanos(t.Budget.USD), Period: t.Budget.Period}
 		}
 		b, _ := json.Marshal(ct)
-		out = append(out, consensus.Command{ID: "seed/tenant/" + t.name, Type: consensus.CmdSeedTenant, Body: b})
+		out = append(out, consensus.Command{ID: "seed/tenant/" + t.Name, Type: consensus.CmdSeedTenant, Body: b})
 	}
 	for _, p := range catalog.Providers() {
 		if p.RPM > 0 || p.TPM > 0 {
@@ -200,7 +201,7 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		}
 		l.budgeted.Store(&m)
 		l.policies.Store(&pol)
-		l.n.tenants.Store(newTenantKeys(l.n.s.tenants, ts))
+		l.n.tenants.Store(newTenantKeys(l.n.s.Tenants, ts))
 	}
 }
 
@@ -264,7 +265,7 @@ func (l *ledger) awaitRemoval(ctx context.Context) {
 	defer cancel()
 	for {
 		peers, err := l.server.Peers()
-		if err == nil && !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.name }) {
+		if err == nil && !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.Name }) {
 			l.n.log.Info("removed from the Raft configuration")
 			return
 		}
@@ -289,7 +290,7 @@ func (l *ledger) soleVoter() bool {
 		return false
 	}
 	for _, p := range peers {
-		if p.Voter && p.ID != l.n.s.name {
+		if p.Voter && p.ID != l.n.s.Name {
 			return false
 		}
 	}
@@ -305,7 +306,7 @@ func (l *ledger) peersElsewhere(ctx context.Context) bool {
 	if err != nil || len(peers) == 0 {
 		return false
 	}
-	return !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.name })
+	return !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.Name })
 }
 
 // peers reads the Raft configuration: from the leader when
@@ -352,7 +353,7 @@ func (m membership) Voters() []consensus.VoterInfo {
 	var out []consensus.VoterInfo
 	if n.mesh == nil {
 		if n.ledger != nil && n.ledger.server != nil {
-			out = append(out, consensus.VoterInfo{ID: n.s.name, RaftAddr: n.ledger.server.Addr(), RPCAddr: n.rpcAddr(), State: "alive"})
+			out = append(out, consensus.VoterInfo{ID: n.s.Name, RaftAddr: n.ledger.server.Addr(), RPCAddr: n.rpcAddr(), State: "alive"})
 		}
 		return out
 	}
@@ -367,7 +368,7 @@ func (m membership) Voters() []consensus.VoterInfo {
 // Gone implements consensus.Membership: a node failed, left, or unknown.
 func (m membership) Gone(node string) bool {
 	n := m.n
-	if node == n.s.name {
+	if node == n.s.Name {
 		return false
 	}
 	if n.mesh == nil {

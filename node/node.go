@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -48,7 +49,7 @@ type Options struct {
 
 // Node is one llmesh node.
 type Node struct {
-	s       *settings
+	s       *config.Runtime
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
@@ -114,7 +115,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if opts.ReadFile == nil {
 		opts.ReadFile = os.ReadFile
 	}
-	s, err := cfg.resolve(opts.Getenv, opts.ReadFile)
+	s, err := config.Resolve(cfg, config.Env{Getenv: opts.Getenv, ReadFile: opts.ReadFile})
 	if err != nil {
 		return nil, err
 	}
@@ -128,13 +129,13 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		opts.Clock = time.Now
 	}
 	registerSecrets(s)
-	catalog, err := route.NewCatalog(s.providers, s.groups...)
+	catalog, err := route.NewCatalog(s.Providers, s.Groups...)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{
 		s:         s,
-		log:       slog.New(redactHandler{opts.Logger.Handler()}).With("node", s.name),
+		log:       slog.New(redactHandler{opts.Logger.Handler()}).With("node", s.Name),
 		reg:       opts.Registry,
 		metrics:   newMetrics(opts.Registry),
 		now:       opts.Clock,
@@ -146,13 +147,13 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	n.tenants.Store(newTenantKeys(s.tenants, nil))
+	n.tenants.Store(newTenantKeys(s.Tenants, nil))
 	n.logPrompts = opts.LogPrompts
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
 	}
-	n.tracer = newTracer(s.tracing, s.name, s.region, opts.Version, n.log, opts.Registry)
-	n.tracker = route.NewTracker(s.health, route.TrackerHooks{
+	n.tracer = newTracer(s.Tracing, s.Name, s.Region, opts.Version, n.log, opts.Registry)
+	n.tracker = route.NewTracker(s.Health, route.TrackerHooks{
 		OnEject: func(p string) {
 			n.metrics.ejections.WithLabelValues(p).Inc()
 			n.log.Warn("provider ejected after consecutive failures", "provider", p)
@@ -164,12 +165,12 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		},
 	})
 	var health route.HealthView = n.tracker
-	if s.gossip != nil {
-		gc := gossip.DefaultConfig(s.name)
-		gc.BindAddr, gc.BindPort = s.gossip.bindAddr, s.gossip.bindPort
-		gc.AdvertiseAddr = s.advertise
-		gc.Seeds, gc.SecretKey, gc.Label = s.gossip.seeds, s.gossip.key, s.gossip.label
-		gc.Meta = gossip.Meta{Region: s.region, Jurisdiction: s.jurisdiction, Voter: s.voter, RPC: s.rpcAddr, Build: opts.Version}
+	if s.Gossip != nil {
+		gc := gossip.DefaultConfig(s.Name)
+		gc.BindAddr, gc.BindPort = s.Gossip.BindAddr, s.Gossip.BindPort
+		gc.AdvertiseAddr = s.Advertise
+		gc.Seeds, gc.SecretKey, gc.Label = s.Gossip.Seeds, s.Gossip.Key, s.Gossip.Label
+		gc.Meta = gossip.Meta{Region: s.Region, Jurisdiction: s.Jurisdiction, Voter: s.Voter, RPC: s.RPCAddr, Build: opts.Version}
 		gc.Logger = n.log.With("component", "gossip")
 		gc.Registerer = opts.Registry
 		gc.KnownProvider = func(name string) bool { return n.catalog().Provider(name) != nil }
@@ -192,7 +193,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	// part in the ledger, else the whole configured rate.
 	var quota route.QuotaGate = route.NewLimiter(catalog.Providers())
 	var budget route.BudgetGate
-	if s.ledger {
+	if s.Ledger {
 		l, err := newLedger(n, s, catalog, opts.LedgerTuning)
 		if err != nil {
 			return nil, err
@@ -201,7 +202,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		quota, budget = l.rates, l.budgets
 		opts.Registry.MustRegister(&ledgerCollector{n: n})
 	}
-	n.replicas = route.NewTracker(s.health, route.TrackerHooks{
+	n.replicas = route.NewTracker(s.Health, route.TrackerHooks{
 		OnEject: func(r string) {
 			n.log.Warn("replica ejected after consecutive failures: its sessions move to the others", "replica", r)
 		},
@@ -209,8 +210,8 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	affinity := route.NewAffinity(1 << 18)
 	n.quota = quota
 	planner := &route.Planner{
-		Self: s.name, Region: s.region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
-		Regions: s.regions, Affinity: affinity,
+		Self: s.Name, Region: s.Region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
+		Regions: s.Regions, Affinity: affinity,
 	}
 	var fwd route.Forwarder
 	if n.mesh != nil {
@@ -222,8 +223,8 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		fwd = n.forward
 	}
 	n.rt.Store(&routing{catalog: catalog, planner: planner})
-	n.exec = route.NewExecutor(s.executor, route.ExecutorDeps{
-		Guard:     route.Guard{Region: s.region, Regions: s.regions},
+	n.exec = route.NewExecutor(s.Executor, route.ExecutorDeps{
+		Guard:     route.Guard{Region: s.Region, Regions: s.Regions},
 		Tracker:   n.tracker,
 		Replicas:  n.replicas,
 		Affinity:  affinity,
@@ -234,11 +235,11 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		Observer:  n.metrics,
 		Clock:     opts.Clock,
 	})
-	n.probes = newProber(n, s.probeIdle)
+	n.probes = newProber(n, s.ProbeIdle)
 	n.srv = &http.Server{
 		Handler:           n.routes(),
-		ReadHeaderTimeout: s.readHeader,
-		MaxHeaderBytes:    s.maxHeader,
+		ReadHeaderTimeout: s.ReadHeader,
+		MaxHeaderBytes:    s.MaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		// No ReadTimeout or WriteTimeout: they would cut long streams.
@@ -253,7 +254,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 // what it started is stopped again.
 func (n *Node) Start(ctx context.Context) error {
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", n.s.httpAddr)
+	ln, err := lc.Listen(ctx, "tcp", n.s.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("node.http: %w", err)
 	}
@@ -268,8 +269,8 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	if n.s.auditDir != "" {
-		if n.audit, err = openAudit(n.s.auditDir, n.s.auditMaxBytes, n.log, n.reg); err != nil {
+	if n.s.AuditDir != "" {
+		if n.audit, err = openAudit(n.s.AuditDir, n.s.AuditMaxBytes, n.log, n.reg); err != nil {
 			return fail(err)
 		}
 	}
@@ -313,9 +314,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.tracer.start()
 	n.ready.Store(true)
-	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.region,
+	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.Region,
 		"providers", len(n.catalog().Providers()), "models", len(n.catalog().Models()))
-	if len(n.s.tenants) == 0 {
+	if len(n.s.Tenants) == 0 {
 		n.log.Warn("no tenants are configured: every API request will be refused with 401")
 	}
 	return nil
@@ -330,8 +331,8 @@ func (n *Node) advertisedHostPort(addr string) string {
 	if err != nil || addr == "" {
 		return addr
 	}
-	if n.s.advertise != "" {
-		host = n.s.advertise
+	if n.s.Advertise != "" {
+		host = n.s.Advertise
 	}
 	return net.JoinHostPort(host, port)
 }
@@ -363,7 +364,7 @@ func (n *Node) HTTPAddr() string {
 }
 
 // Name returns the node's name.
-func (n *Node) Name() string { return n.s.name }
+func (n *Node) Name() string { return n.s.Name }
 
 // Shutdown drains the node and stops it. In order:
 //

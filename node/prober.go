@@ -58,7 +58,7 @@ func (p *prober) due(now time.Time) []*route.Offer {
 	}
 	var regionNodes []string
 	if n.mesh != nil {
-		regionNodes = n.mesh.AliveInRegion(n.s.region)
+		regionNodes = n.mesh.AliveInRegion(n.s.Region)
 		inRegion := map[string]bool{}
 		for _, name := range regionNodes {
 			inRegion[name] = true
@@ -71,14 +71,14 @@ func (p *prober) due(now time.Time) []*route.Offer {
 	}
 	var out []*route.Offer
 	for _, pv := range n.catalog().Providers() {
-		if recent[pv.Name] || (pv.Reach == route.ReachRegion && pv.Region != n.s.region) || len(pv.Models) == 0 {
+		if recent[pv.Name] || (pv.Reach == route.ReachRegion && pv.Region != n.s.Region) || len(pv.Models) == 0 {
 			continue
 		}
 		// A cooldown learned anywhere in the mesh holds for probes too.
 		if n.planner().Health.Health(pv.Name, now).CoolingUntil.After(now) {
 			continue
 		}
-		if len(regionNodes) > 0 && chooseProber(pv.Name, regionNodes) != n.s.name {
+		if len(regionNodes) > 0 && chooseProber(pv.Name, regionNodes) != n.s.Name {
 			continue
 		}
 		if o := offerOf(n.catalog(), pv); o != nil {
@@ -115,7 +115,7 @@ func chooseProber(provider string, nodes []string) string {
 
 func (p *prober) probe(o *route.Offer, stop <-chan struct{}) {
 	n := p.n
-	ctx, cancel := context.WithTimeout(context.Background(), n.s.executor.FirstByteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.s.Executor.FirstByteTimeout)
 	defer cancel()
 	go func() { // the node stopping abandons the probe
 		select {

@@ -6,23 +6,24 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/route"
 )
 
 // registerSecrets hands every credential of s to route.Redact, the one
 // redaction point for what the node logs and answers.
-func registerSecrets(s *settings) {
-	route.RegisterSecret(s.adminToken.Reveal())
-	for _, p := range s.providers {
+func registerSecrets(s *config.Runtime) {
+	route.RegisterSecret(s.AdminToken.Reveal())
+	for _, p := range s.Providers {
 		route.RegisterSecret(p.APIKey.Reveal())
 	}
-	if s.gossip != nil && len(s.gossip.key) > 0 {
-		route.RegisterSecret(base64.StdEncoding.EncodeToString(s.gossip.key))
-		route.RegisterSecret(string(s.gossip.key))
+	if s.Gossip != nil && len(s.Gossip.Key) > 0 {
+		route.RegisterSecret(base64.StdEncoding.EncodeToString(s.Gossip.Key))
+		route.RegisterSecret(string(s.Gossip.Key))
 	}
-	route.RegisterSecret(s.rpcToken)
-	if s.tracing != nil {
-		for _, v := range s.tracing.headers {
+	route.RegisterSecret(s.RPCToken)
+	if s.Tracing != nil {
+		for _, v := range s.Tracing.Headers {
 			route.RegisterSecret(v.Reveal())
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -31,14 +32,14 @@ func (n *Node) planner() *route.Planner { return n.rt.Load().planner }
 func (n *Node) Reload(cfg *Config) error {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
-	s, err := cfg.resolve(n.getenv, n.readFile)
+	s, err := config.Resolve(cfg, config.Env{Getenv: n.getenv, ReadFile: n.readFile})
 	if err != nil {
 		return err
 	}
 	if f := restartField(n.cfg, cfg); f != "" {
 		return fmt.Errorf("%s changed: restart the node to apply it (only providers and groups reload)", f)
 	}
-	catalog, err := route.NewCatalog(s.providers, s.groups...)
+	catalog, err := route.NewCatalog(s.Providers, s.Groups...)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func (n *Node) putRates(was, now *route.Catalog) {
 			continue
 		}
 		b, _ := json.Marshal(consensus.RateCapacity{Provider: p.Name, RPM: int64(p.RPM), TPM: int64(p.TPM)})
-		cmds = append(cmds, consensus.Command{ID: newCommandID(n.s.name), Type: consensus.CmdPutRate, Body: b})
+		cmds = append(cmds, consensus.Command{ID: newCommandID(n.s.Name), Type: consensus.CmdPutRate, Body: b})
 	}
 	if len(cmds) == 0 {
 		return

@@ -27,11 +27,11 @@ const (
 // (forwarding) always. Calls must carry the mesh's token when it has one,
 // and a certificate of the mesh's CA when node.tls is set.
 func (n *Node) listenRPC(ctx context.Context) error {
-	addr := n.s.rpcAddr
+	addr := n.s.RPCAddr
 	if addr == "" {
 		return nil
 	}
-	if host, _, _ := net.SplitHostPort(addr); n.s.rpcToken == "" && n.s.tls == nil && !isLoopback(host) {
+	if host, _, _ := net.SplitHostPort(addr); n.s.RPCToken == "" && n.s.TLS == nil && !isLoopback(host) {
 		n.log.Warn("node.rpc is reachable beyond this host and unauthenticated: set node.tls, or node.gossip_key_env or node.gossip_key_file (peers then authenticate with a token derived from it)")
 	}
 	var lc net.ListenConfig
@@ -40,16 +40,16 @@ func (n *Node) listenRPC(ctx context.Context) error {
 		return fmt.Errorf("node.rpc: %w", err)
 	}
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(consensus.Authenticate(n.s.rpcToken)),
-		grpc.ChainStreamInterceptor(consensus.AuthenticateStream(n.s.rpcToken)),
+		grpc.ChainUnaryInterceptor(consensus.Authenticate(n.s.RPCToken)),
+		grpc.ChainStreamInterceptor(consensus.AuthenticateStream(n.s.RPCToken)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout}),
 		// A forward carries the client's body whole: as large as the HTTP
 		// side admits.
-		grpc.MaxRecvMsgSize(int(n.s.maxBodyBytes) + 64<<10),
+		grpc.MaxRecvMsgSize(int(n.s.MaxBodyBytes) + 64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: rpcKeepalive / 2, PermitWithoutStream: true}),
 	}
-	if n.s.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(n.s.tls.server)))
+	if n.s.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.s.TLS.Server)))
 	}
 	n.rpcLn = ln
 	n.grpc = grpc.NewServer(opts...)

@@ -80,14 +80,14 @@ func (n *Node) status(w http.ResponseWriter, r *http.Request) {
 func (n *Node) Status(ctx context.Context) Status {
 	now := n.now()
 	st := Status{
-		Node: n.s.name, Region: n.s.region, Jurisdiction: n.s.jurisdiction, Build: n.version,
+		Node: n.s.Name, Region: n.s.Region, Jurisdiction: n.s.Jurisdiction, Build: n.version,
 		Phase: n.Phase(), Ready: n.Ready(), InFlight: n.inFlight.Load(), Role: "member",
 		Members: map[string]int{}, Providers: []string{}, Unhealthy: []string{},
 		Leases: []LeaseInfo{}, RateShares: []RateShareInfo{}, UptimeSec: now.Sub(n.started).Seconds(),
 		Admission: AdmissionInfo{Waited: n.admitted.waited.Load(), WaitedSec: time.Duration(n.admitted.waitedNs.Load()).Seconds(),
-			MaxWaitSec: n.s.admissionWait.Seconds(), QueueLimit: n.s.admissionQueue},
+			MaxWaitSec: n.s.AdmissionWait.Seconds(), QueueLimit: n.s.AdmissionQueue},
 	}
-	if n.s.voter {
+	if n.s.Voter {
 		st.Role = "voter"
 	}
 	if n.mesh != nil {
@@ -162,6 +162,6 @@ func (l *ledger) leaderName(ctx context.Context) string {
 func (n *Node) drain(w http.ResponseWriter, r *http.Request) {
 	n.Drain()
 	writeJSON(w, http.StatusAccepted, map[string]any{
-		"node": n.s.name, "phase": n.Phase(), "grace_s": n.s.drainGrace.Seconds(), "timeout_s": n.s.drainTimeout.Seconds(),
+		"node": n.s.Name, "phase": n.Phase(), "grace_s": n.s.DrainGrace.Seconds(), "timeout_s": n.s.DrainTimeout.Seconds(),
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
@@ -47,7 +48,7 @@ type keyEntry struct {
 // has read them, the ledger's: a key is valid when either lists it and
 // the ledger has not revoked it. Tenants only the ledger knows (made by
 // llmesh tenants add) take their residency from it.
-func newTenantKeys(ts []tenant, ledger []consensus.Tenant) *tenantKeys {
+func newTenantKeys(ts []config.Tenant, ledger []consensus.Tenant) *tenantKeys {
 	k := &tenantKeys{byPrefix: map[uint64][]keyEntry{}, byName: map[string]*Tenant{}}
 	revoked := map[[sha256.Size]byte]bool{}
 	fileRevoked := map[string]bool{}
@@ -64,10 +65,10 @@ func newTenantKeys(ts []tenant, ledger []consensus.Tenant) *tenantKeys {
 	var order []string
 	keys := map[string][][sha256.Size]byte{}
 	for _, t := range ts {
-		k.byName[t.name] = &Tenant{Name: t.name, Residency: t.residency, StrictTransit: t.strict, Priority: t.priority}
-		order = append(order, t.name)
-		if !fileRevoked[t.name] {
-			keys[t.name] = append(keys[t.name], t.keys...)
+		k.byName[t.Name] = &Tenant{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Priority: t.Priority}
+		order = append(order, t.Name)
+		if !fileRevoked[t.Name] {
+			keys[t.Name] = append(keys[t.Name], t.Keys...)
 		}
 	}
 	for _, lt := range ledger {
@@ -191,11 +192,11 @@ func (n *Node) addTenantKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := r.PathValue("tenant")
-	if !nodeNamePattern.MatchString(tenant) {
+	if !config.ValidName(tenant) {
 		writeError(w, &route.InvalidRequestError{Param: "tenant", Msg: "must be 1-64 letters, digits, '.', '_' or '-'"})
 		return
 	}
-	if req.Residency != "" && !slices.Contains(n.s.regions.Jurisdictions(), region.Jurisdiction(req.Residency)) {
+	if req.Residency != "" && !slices.Contains(n.s.Regions.Jurisdictions(), region.Jurisdiction(req.Residency)) {
 		writeError(w, &route.InvalidRequestError{Param: "residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", req.Residency)})
 		return
 	}
@@ -236,7 +237,7 @@ func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, bo
 		return
 	}
 	b, _ := json.Marshal(body)
-	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.name), Type: typ, Body: b})
+	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.Name), Type: typ, Body: b})
 	switch {
 	case err != nil:
 		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmesh/llmesh/node/config"
 )
 
 // W3C trace context: a request's traceparent names its trace and the span
@@ -106,7 +108,7 @@ type span struct {
 // the collector is slow or gone, spans are dropped and counted, never
 // queued without bound.
 type tracer struct {
-	cfg      *tracingConfig
+	cfg      *config.Tracing
 	resource []otlpAttr
 	queue    chan otlpSpan
 	client   *http.Client
@@ -125,13 +127,13 @@ const (
 	traceEvery = time.Second
 )
 
-func newTracer(cfg *tracingConfig, node, region, version string, log *slog.Logger, reg prometheus.Registerer) *tracer {
+func newTracer(cfg *config.Tracing, node, region, version string, log *slog.Logger, reg prometheus.Registerer) *tracer {
 	if cfg == nil {
 		return nil
 	}
 	t := &tracer{
 		cfg: cfg,
-		resource: []otlpAttr{str("service.name", cfg.service), str("service.instance.id", node),
+		resource: []otlpAttr{str("service.name", cfg.Service), str("service.instance.id", node),
 			str("service.version", version), str("cloud.region", region)},
 		queue:  make(chan otlpSpan, traceQueue),
 		stop:   make(chan struct{}),
@@ -171,7 +173,7 @@ func (t *tracer) begin(header string, start time.Time) (sp *span, out string) {
 		sp.ctx.trace, sp.parent, sp.ctx.sampled = parent.trace, parent.span, parent.sampled
 	} else {
 		_, _ = rand.Read(sp.ctx.trace[:])
-		sp.ctx.sampled = t.cfg.ratio >= 1 || (t.cfg.ratio > 0 && mrand.Float64() < t.cfg.ratio)
+		sp.ctx.sampled = t.cfg.Ratio >= 1 || (t.cfg.Ratio > 0 && mrand.Float64() < t.cfg.Ratio)
 	}
 	_, _ = rand.Read(sp.ctx.span[:])
 	if !sp.ctx.sampled {
@@ -304,25 +306,25 @@ func (t *tracer) send(ctx context.Context, spans []otlpSpan) {
 	if err != nil {
 		t.exported.WithLabelValues("failed").Add(float64(len(spans)))
 		if !t.failing { // once per outage, not once a second
-			t.log.Warn("could not export spans; they are dropped until the collector answers", "spans", len(spans), "endpoint", t.cfg.endpoint, "err", err)
+			t.log.Warn("could not export spans; they are dropped until the collector answers", "spans", len(spans), "endpoint", t.cfg.Endpoint, "err", err)
 		}
 		t.failing = true
 		return
 	}
 	if t.failing {
-		t.log.Info("exporting spans again", "endpoint", t.cfg.endpoint)
+		t.log.Info("exporting spans again", "endpoint", t.cfg.Endpoint)
 	}
 	t.failing = false
 	t.exported.WithLabelValues("exported").Add(float64(len(spans)))
 }
 
 func (t *tracer) post(ctx context.Context, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.cfg.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.cfg.Endpoint, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header["Content-Type"] = []string{"application/json"}
-	for k, v := range t.cfg.headers {
+	for k, v := range t.cfg.Headers {
 		req.Header[k] = []string{v.Reveal()}
 	}
 	resp, err := t.client.Do(req)

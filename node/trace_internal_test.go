@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/node/config"
 )
 
 func TestParseTraceParent(t *testing.T) {
@@ -48,7 +50,7 @@ func TestTracerBegin(t *testing.T) {
 	if sp, out := off.begin("garbage", time.Time{}); sp != nil || out != "" {
 		t.Fatalf("off, invalid: %v %q", sp, out)
 	}
-	on := &tracer{cfg: &tracingConfig{ratio: 1}}
+	on := &tracer{cfg: &config.Tracing{Ratio: 1}}
 	sp, out := on.begin(in, time.Time{})
 	got, _ := parseTraceParent(out)
 	if sp == nil || got.trace != sp.ctx.trace || got.span != sp.ctx.span || !strings.HasPrefix(out, in[:36]) || strings.HasSuffix(out, in[36:]) {
@@ -63,48 +65,8 @@ func TestTracerBegin(t *testing.T) {
 		t.Fatalf("unsampled: %v %q", sp, out)
 	}
 	// A node that samples nothing starts no trace but says so downstream.
-	none := &tracer{cfg: &tracingConfig{ratio: 0}}
+	none := &tracer{cfg: &config.Tracing{Ratio: 0}}
 	if sp, out := none.begin("", time.Time{}); sp != nil || !strings.HasSuffix(out, "-00") {
 		t.Fatalf("ratio 0: %v %q", sp, out)
-	}
-}
-
-func TestTracingSettings(t *testing.T) {
-	with := func(extra string) string { return validConfig + "tracing:\n" + extra }
-	testEnv["OTLP_HEADERS"] = "Authorization=Bearer collector-secret, X-Tenant = ops"
-	defer delete(testEnv, "OTLP_HEADERS")
-	c, err := ParseConfig([]byte(with("  otlp_endpoint: http://127.0.0.1:4318\n  headers_env: OTLP_HEADERS\n  sample_ratio: 0.25\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.resolve(getenv, readFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := s.tracing
-	if tc.endpoint != "http://127.0.0.1:4318/v1/traces" || tc.ratio != 0.25 || tc.service != "llmesh" ||
-		tc.headers["Authorization"].Reveal() != "Bearer collector-secret" || tc.headers["X-Tenant"].Reveal() != "ops" {
-		t.Fatalf("tracing settings %+v", tc)
-	}
-	for _, bad := range []struct{ extra, want string }{
-		{"  otlp_endpoint: 127.0.0.1:4318\n", `tracing.otlp_endpoint: "127.0.0.1:4318" must be an http:// or https:// URL`},
-		{"  otlp_endpoint: http://127.0.0.1:4318\n  sample_ratio: 2\n", "tracing.sample_ratio: must be between 0 and 1"},
-		{"  otlp_endpoint: https://ops:hunter2@collector:4318\n", "tracing.otlp_endpoint: credentials belong in tracing.headers_env"},
-		{"  otlp_endpoint: http://127.0.0.1:4318\n  headers_env: NOPE\n", "tracing.headers_env: environment variable NOPE is empty or unset"},
-		{"  sample_ratio: 0.5\n", "tracing.otlp_endpoint: is required with the other tracing keys"},
-		{"  otlp_endpint: http://x\n", "otlp_endpint"},
-	} {
-		c, err := ParseConfig([]byte(with(bad.extra)))
-		if err == nil {
-			_, err = c.resolve(getenv, readFile)
-		}
-		if err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("%q: got %v, want %q", bad.extra, err, bad.want)
-		}
-	}
-	testEnv["OTLP_HEADERS"] = "no-equals-sign-secret"
-	c, _ = ParseConfig([]byte(with("  otlp_endpoint: http://127.0.0.1:4318\n  headers_env: OTLP_HEADERS\n")))
-	if _, err := c.resolve(getenv, readFile); err == nil || strings.Contains(err.Error(), "no-equals-sign-secret") {
-		t.Fatalf("bad headers: %v", err)
 	}
 }

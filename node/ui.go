@@ -67,7 +67,7 @@ func (n *Node) uiPage(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = "index.html"
 	}
-	token := n.s.adminToken.Reveal()
+	token := n.s.AdminToken.Reveal()
 	// The style sheet is also the sign-in form's.
 	if name != "app.css" && !n.uiAllowed(r, token) {
 		if token == "" {
@@ -102,7 +102,7 @@ func (n *Node) uiLoginForm(w http.ResponseWriter, status int, message string) {
 // uiLogin serves POST /ui/login (a form with the admin token): a right
 // token gets a session cookie and goes to the dashboard.
 func (n *Node) uiLogin(w http.ResponseWriter, r *http.Request) {
-	token := n.s.adminToken.Reveal()
+	token := n.s.AdminToken.Reveal()
 	if token == "" {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 		return

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/pki"
 )
 
 // runTLS is `llmesh tls init`: a development CA (made once, kept) and a
@@ -67,16 +67,16 @@ func tlsInit(dir string, names []string, ips []net.IP, now time.Time, stdout io.
 		return err
 	}
 	caCert, caKey := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
-	var ca node.PEMPair
+	var ca pki.PEMPair
 	c, err1 := os.ReadFile(caCert)
 	k, err2 := os.ReadFile(caKey)
 	switch {
 	case err1 == nil && err2 == nil:
-		ca = node.PEMPair{Cert: c, Key: k}
+		ca = pki.PEMPair{Cert: c, Key: k}
 		fmt.Fprintf(stdout, "using the CA in %s\n", caCert)
 	case errors.Is(err1, fs.ErrNotExist) && errors.Is(err2, fs.ErrNotExist):
 		var err error
-		if ca, err = node.NewCA(now); err != nil {
+		if ca, err = pki.NewCA(now); err != nil {
 			return err
 		}
 		if err := writeFiles(caCert, ca.Cert, caKey, ca.Key); err != nil {
@@ -87,7 +87,7 @@ func tlsInit(dir string, names []string, ips []net.IP, now time.Time, stdout io.
 		return fmt.Errorf("%s and %s must both exist or neither", caCert, caKey)
 	}
 	for _, name := range names {
-		pair, err := node.NewNodeCert(ca, name, ips, now)
+		pair, err := pki.NewNodeCert(ca, name, ips, now)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

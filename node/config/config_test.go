@@ -1,4 +1,4 @@
-package node
+package config
 
 import (
 	"io/fs"
@@ -57,6 +57,8 @@ var testEnv = map[string]string{"LLMESH_ADMIN_TOKEN": "admin", "GPU_EU_KEY": "gp
 
 func getenv(k string) string { return testEnv[k] }
 
+func testEnvOf() Env { return Env{Getenv: getenv, ReadFile: readFile} }
+
 func readFile(name string) ([]byte, error) {
 	if b, ok := testFiles[name]; ok {
 		return []byte(b), nil
@@ -67,18 +69,18 @@ func readFile(name string) ([]byte, error) {
 var testFiles = map[string]string{"/etc/llmesh/gossip.key": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"}
 
 func TestContractConfigIsAccepted(t *testing.T) {
-	c, err := ParseConfig([]byte(validConfig))
+	c, err := Parse([]byte(validConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.resolve(getenv, readFile)
+	s, err := Resolve(c, testEnvOf())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.providers) != 2 || s.providers[0].APIKey.Reveal() != "gpu-secret" || s.providers[1].Jurisdictions.String() != "eu" {
-		t.Fatalf("providers: %+v", s.providers)
+	if len(s.Providers) != 2 || s.Providers[0].APIKey.Reveal() != "gpu-secret" || s.Providers[1].Jurisdictions.String() != "eu" {
+		t.Fatalf("providers: %+v", s.Providers)
 	}
-	if s.executor.StreamIdleTimeout.String() != "1m30s" || s.tenants[0].residency.String() != "eu" {
+	if s.Executor.StreamIdleTimeout.String() != "1m30s" || s.Tenants[0].Residency.String() != "eu" {
 		t.Fatalf("settings: %+v", s)
 	}
 }
@@ -97,7 +99,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			if !strings.Contains(doc, "node:") {
 				doc = validConfig + doc
 			}
-			_, err := ParseConfig([]byte(doc))
+			_, err := Parse([]byte(doc))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
@@ -130,9 +132,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			if doc == validConfig {
 				t.Fatalf("edit %q did not apply", tc.from)
 			}
-			c, err := ParseConfig([]byte(doc))
+			c, err := Parse([]byte(doc))
 			if err == nil {
-				_, err = c.resolve(getenv, readFile)
+				_, err = Resolve(c, testEnvOf())
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
@@ -145,10 +147,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestConfigRejectsEmptyAndMultiDocument(t *testing.T) {
-	if _, err := ParseConfig(nil); err == nil || !strings.Contains(err.Error(), "empty") {
+	if _, err := Parse(nil); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("empty: %v", err)
 	}
-	if _, err := ParseConfig([]byte(validConfig + "\n---\nnode: {}\n")); err == nil || !strings.Contains(err.Error(), "more than one") {
+	if _, err := Parse([]byte(validConfig + "\n---\nnode: {}\n")); err == nil || !strings.Contains(err.Error(), "more than one") {
 		t.Fatalf("two documents: %v", err)
 	}
 }
@@ -157,13 +159,13 @@ func TestGossipSettings(t *testing.T) {
 	withNode := func(extra string) string {
 		return strings.Replace(validConfig, "  admin_token_env: LLMESH_ADMIN_TOKEN", "  admin_token_env: LLMESH_ADMIN_TOKEN\n"+extra, 1)
 	}
-	c, _ := ParseConfig([]byte(withNode("  gossip_key_file: /etc/llmesh/gossip.key\n  cluster: prod")))
-	s, err := c.resolve(getenv, readFile)
+	c, _ := Parse([]byte(withNode("  gossip_key_file: /etc/llmesh/gossip.key\n  cluster: prod")))
+	s, err := Resolve(c, testEnvOf())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := s.gossip
-	if g == nil || g.bindAddr != "0.0.0.0" || g.bindPort != 7946 || len(g.key) != 32 || g.label != "prod" || len(g.seeds) != 1 {
+	g := s.Gossip
+	if g == nil || g.BindAddr != "0.0.0.0" || g.BindPort != 7946 || len(g.Key) != 32 || g.Label != "prod" || len(g.Seeds) != 1 {
 		t.Fatalf("gossip settings %+v", g)
 	}
 	for _, tc := range []struct{ extra, env, want string }{
@@ -174,9 +176,9 @@ func TestGossipSettings(t *testing.T) {
 		{"  cluster: 'two words'", "", `node.cluster: "two words"`},
 	} {
 		testEnv["K"] = tc.env
-		c, err := ParseConfig([]byte(withNode(tc.extra)))
+		c, err := Parse([]byte(withNode(tc.extra)))
 		if err == nil {
-			_, err = c.resolve(getenv, readFile)
+			_, err = Resolve(c, testEnvOf())
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want %q", tc.extra, err, tc.want)
@@ -187,8 +189,8 @@ func TestGossipSettings(t *testing.T) {
 	}
 	delete(testEnv, "K")
 	// Gossip settings without node.gossip make no sense.
-	c, _ = ParseConfig([]byte(strings.Replace(validConfig, "  gossip: 0.0.0.0:7946\n", "", 1)))
-	if _, err := c.resolve(getenv, readFile); err == nil || !strings.Contains(err.Error(), "node.gossip: is required with node.join") {
+	c, _ = Parse([]byte(strings.Replace(validConfig, "  gossip: 0.0.0.0:7946\n", "", 1)))
+	if _, err := Resolve(c, testEnvOf()); err == nil || !strings.Contains(err.Error(), "node.gossip: is required with node.join") {
 		t.Fatalf("join without gossip: %v", err)
 	}
 }
@@ -208,9 +210,9 @@ func TestAdminTokenRequiredBeyondLoopback(t *testing.T) {
 		{noToken, "localhost:8080", ""},
 		{validConfig, "0.0.0.0:8080", ""},
 	} {
-		c, err := ParseConfig([]byte(strings.Replace(tc.doc, "http: 127.0.0.1:0", "http: \""+tc.http+"\"", 1)))
+		c, err := Parse([]byte(strings.Replace(tc.doc, "http: 127.0.0.1:0", "http: \""+tc.http+"\"", 1)))
 		if err == nil {
-			_, err = c.resolve(getenv, readFile)
+			_, err = Resolve(c, testEnvOf())
 		}
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("http %s, token %v: got %v, want %q", tc.http, tc.doc == validConfig, err, tc.want)
@@ -226,9 +228,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(strings.Replace(validConfig, "residency: eu", "residency: [eu, us]", 1)))
 	f.Add([]byte("node: {name: a}\nlimits: {max_messages: -1, max_stream_duration: 1h}\naudit: {dir: x, disabled: true}\n"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		c, err := ParseConfig(doc)
+		c, err := Parse(doc)
 		if err == nil {
-			_, err = c.resolve(getenv, readFile)
+			_, err = Resolve(c, testEnvOf())
 		}
 		for _, secret := range []string{"gpu-secret", "az-secret"} {
 			if err != nil && strings.Contains(err.Error(), secret) && !strings.Contains(string(doc), secret) {

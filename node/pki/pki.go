@@ -1,4 +1,7 @@
-package node
+// Package pki mints and loads the certificates of a mesh: a development CA,
+// node certificates it signs, and the mutual-TLS settings a node uses for
+// connections between nodes. It imports nothing of llmesh.
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -21,15 +24,28 @@ import (
 // so nodes can move and sit behind NAT.
 const MeshServerName = "llmesh"
 
-// meshTLS holds a node's TLS settings for connections between nodes: the
+// MeshTLS holds a node's TLS settings for connections between nodes: the
 // same certificate serves and dials, and both sides require the other's to
 // be signed by the mesh's CA.
-type meshTLS struct {
-	server, client *tls.Config
+type MeshTLS struct {
+	// Server accepts peers: it requires a client certificate of the CA.
+	Server *tls.Config
+	// Client dials peers: it checks their certificate names
+	// MeshServerName and is signed by the CA.
+	Client *tls.Config
 }
 
-// loadTLS reads a node's certificate, key and CA from the files sec names.
-func loadTLS(sec *TLSSection, readFile func(string) ([]byte, error)) (*meshTLS, error) {
+// Files names the PEM files of a node's certificate, its key and the
+// mesh's CA.
+type Files struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// Load reads a node's certificate, key and CA from the files sec names
+// through readFile, and checks the certificate is a node certificate of
+// that CA. Its errors name the configuration keys (ca_file, cert_file,
+// key_file).
+func Load(sec Files, readFile func(string) ([]byte, error)) (*MeshTLS, error) {
 	read := func(field, path string) ([]byte, error) {
 		if path == "" {
 			return nil, fmt.Errorf("%s is required", field)
@@ -72,14 +88,14 @@ func loadTLS(sec *TLSSection, readFile func(string) ([]byte, error)) (*meshTLS, 
 	}); err != nil {
 		return nil, fmt.Errorf("cert_file is not a node certificate of this CA for %q: %w", MeshServerName, err)
 	}
-	return &meshTLS{
-		server: &tls.Config{
+	return &MeshTLS{
+		Server: &tls.Config{
 			Certificates: []tls.Certificate{cert},
 			ClientCAs:    pool,
 			ClientAuth:   tls.RequireAndVerifyClientCert,
 			MinVersion:   tls.VersionTLS13,
 		},
-		client: &tls.Config{
+		Client: &tls.Config{
 			Certificates: []tls.Certificate{cert},
 			RootCAs:      pool,
 			ServerName:   MeshServerName,

@@ -1,4 +1,4 @@
-package node
+package config
 
 import (
 	"crypto/hmac"
@@ -17,114 +17,41 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmesh/llmesh/node/pki"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
 
-// settings is a Config translated into what each component takes, with
-// defaults applied and secrets read. It is produced by one pure function,
-// resolve.
-type settings struct {
-	name, region string
-	httpAddr     string
-	regions      *region.Map
-	providers    []route.Provider
-	groups       []route.Group
-	tls          *meshTLS // nil: connections between nodes are not TLS
-	tenants      []tenant
-	executor     route.ExecutorConfig
-	health       route.HealthConfig
-	maxBodyBytes int64
-	maxHeader    int
-	maxMessages  int
-	maxInFlight  int // per tenant
-	// admissionWait bounds a request's wait for escrow or a rate share;
-	// admissionQueue the requests waiting at once.
-	admissionWait  time.Duration
-	admissionQueue int
-	readHeader     time.Duration
-	readBody       time.Duration
-	clientWrite    time.Duration
-	drainGrace     time.Duration
-	drainTimeout   time.Duration
-	adminToken     route.Secret
-	jurisdiction   string // of the node's region
-	voter          bool
-	rpcAddr        string
-	advertise      string        // host peers should use; "" for the bound one
-	gossip         *gossipConfig // nil: this node does not gossip
-	probeIdle      time.Duration // 0: no probes
-	// The ledger: a voter runs Raft on raftAddr; any node with a voter
-	// or with gossip (to find voters) spends from it.
-	raftAddr        string
-	bootstrapExpect int
-	dataDir         string
-	ledger          bool
-	rpcToken        string         // shared secret between nodes, from the gossip key
-	tracing         *tracingConfig // nil: no spans are exported
-	auditDir        string         // "": no audit trail
-	auditMaxBytes   int64
-}
-
-// tracingConfig is the tracing section, resolved.
-type tracingConfig struct {
-	endpoint string
-	headers  map[string]route.Secret // the collector may want a key
-	ratio    float64
-	service  string
-}
-
-// gossipConfig is the node section's gossip settings, resolved.
-type gossipConfig struct {
-	bindAddr string
-	bindPort int
-	seeds    []string
-	key      []byte // secret; 32 bytes or none
-	label    string
-}
-
-// tenant is a configured tenant with its key hashes decoded.
-type tenant struct {
-	name      string
-	keys      [][sha256.Size]byte
-	residency region.Residency
-	strict    bool
-	budget    *BudgetSection
-	priority  int // route.PriorityInteractive or route.PriorityBatch
-}
-
-// Defaults applied by resolve.
-const (
-	DefaultHTTPAddr     = "127.0.0.1:8080"
-	DefaultMaxBodyBytes = 8 << 20
-)
-
-// resolve validates c and translates it into settings. getenv and
-// readFile read the environment variables and files that hold secrets.
-// Every problem found is reported, each naming its field; no secret is
-// ever part of a message.
-func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]byte, error)) (*settings, error) {
+// Resolve validates c and translates it into a Runtime. env reads the
+// environment variables and files that hold secrets. Every problem found
+// is reported, each naming its field; no secret is ever part of a message.
+func Resolve(c *File, env Env) (*Runtime, error) {
+	getenv, readFile := env.Getenv, env.ReadFile
+	privateIP := env.PrivateIP
+	if privateIP == nil {
+		privateIP = PrivateIP
+	}
 	var problems []error
 	bad := func(field, format string, args ...any) {
 		problems = append(problems, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
 	}
-	s := &settings{
-		name:           c.Node.Name,
-		region:         c.Node.Region,
-		httpAddr:       c.Node.HTTP,
-		executor:       route.DefaultExecutorConfig(),
-		health:         route.DefaultHealthConfig(),
-		maxBodyBytes:   DefaultMaxBodyBytes,
-		maxHeader:      64 << 10,
-		maxMessages:    4096,
-		maxInFlight:    256,
-		admissionWait:  2 * time.Second,
-		admissionQueue: 1024,
-		readHeader:     10 * time.Second,
-		readBody:       30 * time.Second,
-		clientWrite:    30 * time.Second,
-		drainGrace:     5 * time.Second,
-		drainTimeout:   30 * time.Second,
+	s := &Runtime{
+		Name:           c.Node.Name,
+		Region:         c.Node.Region,
+		HTTPAddr:       c.Node.HTTP,
+		Executor:       route.DefaultExecutorConfig(),
+		Health:         route.DefaultHealthConfig(),
+		MaxBodyBytes:   DefaultMaxBodyBytes,
+		MaxHeaderBytes: 64 << 10,
+		MaxMessages:    4096,
+		MaxInFlight:    256,
+		AdmissionWait:  2 * time.Second,
+		AdmissionQueue: 1024,
+		ReadHeader:     10 * time.Second,
+		ReadBody:       30 * time.Second,
+		ClientWrite:    30 * time.Second,
+		DrainGrace:     5 * time.Second,
+		DrainTimeout:   30 * time.Second,
 	}
 
 	// node
@@ -138,10 +65,10 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	if n.DataDir == "" {
 		bad("node.data_dir", "is required")
 	}
-	if s.httpAddr == "" {
-		s.httpAddr = DefaultHTTPAddr
+	if s.HTTPAddr == "" {
+		s.HTTPAddr = DefaultHTTPAddr
 	}
-	checkHostPort("node.http", s.httpAddr, &problems)
+	checkHostPort("node.http", s.HTTPAddr, &problems)
 	checkHostPort("node.rpc", n.RPC, &problems)
 	checkHostPort("node.gossip", n.Gossip, &problems)
 	checkHostPort("node.raft", n.Raft, &problems)
@@ -156,13 +83,13 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	}
 	checkEnvName("node.admin_token_env", n.AdminTokenEnv, &problems)
 	if n.AdminTokenEnv != "" {
-		if s.adminToken = route.Secret(getenv(n.AdminTokenEnv)); s.adminToken == "" {
+		if s.AdminToken = route.Secret(getenv(n.AdminTokenEnv)); s.AdminToken == "" {
 			bad("node.admin_token_env", "environment variable %s is empty or unset", n.AdminTokenEnv)
 		}
-	} else if !loopbackAddr(s.httpAddr) {
+	} else if !loopbackAddr(s.HTTPAddr) {
 		// Without a token the admin API answers loopback clients only,
 		// but a proxy on the same host makes every client loopback.
-		bad("node.admin_token_env", "is required when node.http (%s) is not a loopback address: the admin API (drain, budgets, tenant keys) would be open to whoever reaches the port", s.httpAddr)
+		bad("node.admin_token_env", "is required when node.http (%s) is not a loopback address: the admin API (drain, budgets, tenant keys) would be open to whoever reaches the port", s.HTTPAddr)
 	}
 
 	// regions
@@ -178,23 +105,23 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		problems = append(problems, err)
 		regions, _ = region.NewMap(nil)
 	}
-	s.regions = regions
+	s.Regions = regions
 	if n.Region == "" {
 		bad("node.region", "is required")
 	} else if r, ok := regions.Lookup(n.Region); !ok && len(c.Regions) > 0 {
 		bad("node.region", "%q is not one of regions[].name", n.Region)
 	} else {
-		s.jurisdiction = string(r.Jurisdiction)
+		s.Jurisdiction = string(r.Jurisdiction)
 	}
-	s.voter, s.rpcAddr, s.advertise = n.Voter, n.RPC, n.Advertise
+	s.Voter, s.RPCAddr, s.Advertise = n.Voter, n.RPC, n.Advertise
 	if n.Advertise == "auto" {
 		ip, err := privateIP()
 		if err != nil {
 			bad("node.advertise", "auto: %v", err)
 		}
-		s.advertise = ip
+		s.Advertise = ip
 	}
-	s.raftAddr, s.bootstrapExpect, s.dataDir = n.Raft, n.BootstrapExpect, n.DataDir
+	s.RaftAddr, s.BootstrapExpect, s.DataDir = n.Raft, n.BootstrapExpect, n.DataDir
 	if n.Voter {
 		if n.Raft == "" {
 			bad("node.raft", "is required for a voter")
@@ -208,13 +135,13 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	if n.Advertise != "" && n.Advertise != "auto" && net.ParseIP(n.Advertise) == nil {
 		bad("node.advertise", "%q is not an IP address (or auto)", n.Advertise)
 	}
-	s.gossip = resolveGossip(n, getenv, readFile, bad)
+	s.Gossip = resolveGossip(n, getenv, readFile, bad)
 	if n.TLS != nil {
-		t, err := loadTLS(n.TLS, readFile)
+		t, err := pki.Load(pki.Files{CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile}, readFile)
 		if err != nil {
 			bad("node.tls", "%v", err)
 		}
-		s.tls = t
+		s.TLS = t
 	}
 
 	// providers
@@ -326,7 +253,7 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 				MaxOutputTokens: m.MaxOutputTokens,
 			})
 		}
-		s.providers = append(s.providers, rp)
+		s.Providers = append(s.Providers, rp)
 	}
 
 	// model groups (what they name is checked against the catalog)
@@ -345,7 +272,7 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 			}
 			rg.Tiers = append(rg.Tiers, route.Tier{MaxPromptTokens: t.MaxPromptTokens, Members: t.Members})
 		}
-		s.groups = append(s.groups, rg)
+		s.Groups = append(s.Groups, rg)
 	}
 
 	// tenants
@@ -363,7 +290,7 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 			bad(f+".name", "%q is used by another tenant", t.Name)
 		}
 		tenantNames[t.Name] = true
-		tt := tenant{name: t.Name}
+		tt := Tenant{Name: t.Name}
 		if len(t.KeySHA256) == 0 {
 			bad(f+".key_sha256", "at least one key hash is required")
 		}
@@ -379,24 +306,24 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 				bad(kf, "the same key is already given to tenant %q", owner)
 			}
 			keyOwner[sum] = t.Name
-			tt.keys = append(tt.keys, sum)
+			tt.Keys = append(tt.Keys, sum)
 		}
 		if t.Residency != "" {
 			if !slices.Contains(known, region.Jurisdiction(t.Residency)) {
 				bad(f+".residency", "%q is not the jurisdiction of any region", t.Residency)
 			}
-			tt.residency = region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}
+			tt.Residency = region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}
 		}
 		if t.StrictTransit && t.Residency == "" {
 			bad(f+".strict_transit", "needs a residency: it keeps requests on nodes of the residency's jurisdiction")
 		}
-		tt.strict = t.StrictTransit
-		tt.budget = t.Budget
+		tt.StrictTransit = t.StrictTransit
+		tt.Budget = t.Budget
 		switch t.Priority {
 		case "", "interactive":
-			tt.priority = route.PriorityInteractive
+			tt.Priority = route.PriorityInteractive
 		case "batch":
-			tt.priority = route.PriorityBatch
+			tt.Priority = route.PriorityBatch
 		default:
 			bad(f+".priority", "%q must be interactive or batch", t.Priority)
 		}
@@ -412,34 +339,34 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 				bad(f+".budget.period", "%q must be day, month or total", b.Period)
 			}
 		}
-		s.tenants = append(s.tenants, tt)
+		s.Tenants = append(s.Tenants, tt)
 	}
 
 	// limits, timeouts, outlier detection
 	if c.Limits.MaxBodyBytes < 0 {
 		bad("limits.max_body_bytes", "must not be negative")
 	} else if c.Limits.MaxBodyBytes > 0 {
-		s.maxBodyBytes = c.Limits.MaxBodyBytes
+		s.MaxBodyBytes = c.Limits.MaxBodyBytes
 	}
 	if c.Limits.MaxResponseBytes < 0 {
 		bad("limits.max_response_bytes", "must not be negative")
 	} else if c.Limits.MaxResponseBytes > 0 {
-		s.executor.MaxResponseBytes = c.Limits.MaxResponseBytes
+		s.Executor.MaxResponseBytes = c.Limits.MaxResponseBytes
 	}
 	if c.Limits.MaxEventBytes < 0 {
 		bad("limits.max_event_bytes", "must not be negative")
 	} else if c.Limits.MaxEventBytes > 0 {
-		s.executor.MaxEventBytes = c.Limits.MaxEventBytes
+		s.Executor.MaxEventBytes = c.Limits.MaxEventBytes
 	}
 	for _, l := range []struct {
 		field string
 		v     int
 		dst   *int
 	}{
-		{"limits.max_header_bytes", c.Limits.MaxHeaderBytes, &s.maxHeader},
-		{"limits.max_messages", c.Limits.MaxMessages, &s.maxMessages},
-		{"limits.max_concurrent_per_tenant", c.Limits.MaxConcurrentPerTenant, &s.maxInFlight},
-		{"limits.admission_queue", c.Limits.AdmissionQueue, &s.admissionQueue},
+		{"limits.max_header_bytes", c.Limits.MaxHeaderBytes, &s.MaxHeaderBytes},
+		{"limits.max_messages", c.Limits.MaxMessages, &s.MaxMessages},
+		{"limits.max_concurrent_per_tenant", c.Limits.MaxConcurrentPerTenant, &s.MaxInFlight},
+		{"limits.admission_queue", c.Limits.AdmissionQueue, &s.AdmissionQueue},
 	} {
 		if l.v < 0 {
 			bad(l.field, "must not be negative")
@@ -453,17 +380,17 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	case w > time.Minute:
 		bad("limits.admission_wait", "%s is longer than a client should wait to be admitted; at most 1m", w)
 	case w > 0:
-		s.admissionWait = w
+		s.AdmissionWait = w
 	}
 	if c.Limits.MaxStreamDuration < 0 {
 		bad("limits.max_stream_duration", "must not be negative")
 	} else if c.Limits.MaxStreamDuration > 0 {
-		s.executor.MaxStreamDuration = time.Duration(c.Limits.MaxStreamDuration)
+		s.Executor.MaxStreamDuration = time.Duration(c.Limits.MaxStreamDuration)
 	}
 	if c.Limits.MaxAttempts < 0 {
 		bad("limits.max_attempts", "must not be negative")
 	} else if c.Limits.MaxAttempts > 0 {
-		s.executor.MaxAttempts = c.Limits.MaxAttempts
+		s.Executor.MaxAttempts = c.Limits.MaxAttempts
 	}
 	override := func(dst *time.Duration, d Duration) {
 		if d > 0 {
@@ -471,66 +398,66 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 		}
 	}
 	t := c.Timeouts
-	override(&s.executor.ConnectTimeout, t.Connect)
-	override(&s.executor.FirstByteTimeout, t.FirstByte)
-	override(&s.executor.ResponseTimeout, t.Response)
-	override(&s.executor.StreamIdleTimeout, t.StreamIdle)
-	override(&s.readHeader, t.ReadHeader)
-	override(&s.readBody, t.ReadBody)
-	override(&s.clientWrite, t.ClientWrite)
+	override(&s.Executor.ConnectTimeout, t.Connect)
+	override(&s.Executor.FirstByteTimeout, t.FirstByte)
+	override(&s.Executor.ResponseTimeout, t.Response)
+	override(&s.Executor.StreamIdleTimeout, t.StreamIdle)
+	override(&s.ReadHeader, t.ReadHeader)
+	override(&s.ReadBody, t.ReadBody)
+	override(&s.ClientWrite, t.ClientWrite)
 	if c.Node.Drain.Grace < 0 {
 		bad("node.drain.grace", "must not be negative")
 	} else if c.Node.Drain.Grace > 0 {
-		s.drainGrace = time.Duration(c.Node.Drain.Grace)
+		s.DrainGrace = time.Duration(c.Node.Drain.Grace)
 	}
-	override(&s.drainTimeout, c.Node.Drain.Timeout)
-	if s.drainTimeout <= s.drainGrace {
-		bad("node.drain.timeout", "must be longer than node.drain.grace (%s)", s.drainGrace)
+	override(&s.DrainTimeout, c.Node.Drain.Timeout)
+	if s.DrainTimeout <= s.DrainGrace {
+		bad("node.drain.timeout", "must be longer than node.drain.grace (%s)", s.DrainGrace)
 	}
 	o := c.Outlier
 	if o.ConsecutiveFailures < 0 {
 		bad("outlier.consecutive_failures", "must not be negative")
 	} else if o.ConsecutiveFailures > 0 {
-		s.health.EjectAfter = o.ConsecutiveFailures
+		s.Health.EjectAfter = o.ConsecutiveFailures
 	}
-	override(&s.health.BaseEjection, o.BaseEjection)
-	override(&s.health.MaxEjection, o.MaxEjection)
-	if s.health.MaxEjection < s.health.BaseEjection {
+	override(&s.Health.BaseEjection, o.BaseEjection)
+	override(&s.Health.MaxEjection, o.MaxEjection)
+	if s.Health.MaxEjection < s.Health.BaseEjection {
 		bad("outlier.max_ejection", "must not be shorter than outlier.base_ejection")
 	}
-	s.ledger = n.Voter || s.gossip != nil
+	s.Ledger = n.Voter || s.Gossip != nil
 	for i, t := range c.Tenants {
-		if t.Budget != nil && !s.ledger {
+		if t.Budget != nil && !s.Ledger {
 			bad(fmt.Sprintf("tenants[%d].budget", i), "needs the Raft ledger: make this node a voter (node.voter) or let it find voters (node.gossip)")
 		}
 	}
-	if s.gossip != nil && len(s.gossip.key) > 0 {
-		mac := hmac.New(sha256.New, s.gossip.key)
+	if s.Gossip != nil && len(s.Gossip.Key) > 0 {
+		mac := hmac.New(sha256.New, s.Gossip.Key)
 		mac.Write([]byte("llmesh rpc v1"))
-		s.rpcToken = base64.RawStdEncoding.EncodeToString(mac.Sum(nil))
+		s.RPCToken = base64.RawStdEncoding.EncodeToString(mac.Sum(nil))
 	}
-	s.probeIdle = 30 * time.Second
-	override(&s.probeIdle, c.Probes.Idle)
+	s.ProbeIdle = 30 * time.Second
+	override(&s.ProbeIdle, c.Probes.Idle)
 	if c.Probes.Disabled {
-		s.probeIdle = 0
+		s.ProbeIdle = 0
 	}
-	s.tracing = resolveTracing(&c.Tracing, getenv, bad)
+	s.Tracing = resolveTracing(&c.Tracing, getenv, bad)
 	if !c.Audit.Disabled {
-		s.auditDir, s.auditMaxBytes = c.Audit.Dir, 64<<20
-		if s.auditDir == "" {
-			s.auditDir = filepath.Join(n.DataDir, "audit")
+		s.AuditDir, s.AuditMaxBytes = c.Audit.Dir, 64<<20
+		if s.AuditDir == "" {
+			s.AuditDir = filepath.Join(n.DataDir, "audit")
 		}
 		switch {
 		case c.Audit.MaxFileMB < 0:
 			bad("audit.max_file_mb", "must not be negative")
 		case c.Audit.MaxFileMB > 0:
-			s.auditMaxBytes = int64(c.Audit.MaxFileMB) << 20
+			s.AuditMaxBytes = int64(c.Audit.MaxFileMB) << 20
 		}
 	} else if c.Audit.Dir != "" {
 		bad("audit.dir", "is set but audit.disabled is true: remove one")
 	}
-	s.executor.NodeName = s.name
-	if s.gossip == nil && (len(n.Join) > 0 || n.GossipKeyEnv != "" || n.GossipKeyFile != "" || n.Cluster != "") {
+	s.Executor.NodeName = s.Name
+	if s.Gossip == nil && (len(n.Join) > 0 || n.GossipKeyEnv != "" || n.GossipKeyFile != "" || n.Cluster != "") {
 		bad("node.gossip", "is required with node.join, node.gossip_key_env, node.gossip_key_file or node.cluster")
 	}
 	if len(problems) > 0 {
@@ -539,45 +466,32 @@ func (c *Config) resolve(getenv func(string) string, readFile func(string) ([]by
 	return s, nil
 }
 
-// loopbackAddr reports whether a host:port binds to loopback only.
-func loopbackAddr(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return true // reported by the address check
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // resolveTracing reads the tracing section; nil when it sets no
 // endpoint.
-func resolveTracing(t *TracingSection, getenv func(string) string, bad func(field, format string, args ...any)) *tracingConfig {
+func resolveTracing(t *TracingSection, getenv func(string) string, bad func(field, format string, args ...any)) *Tracing {
 	if t.OTLPEndpoint == "" {
 		if t.HeadersEnv != "" || t.SampleRatio != nil || t.ServiceName != "" {
 			bad("tracing.otlp_endpoint", "is required with the other tracing keys")
 		}
 		return nil
 	}
-	tc := &tracingConfig{endpoint: t.OTLPEndpoint, ratio: 1, service: "llmesh", headers: map[string]route.Secret{}}
+	tc := &Tracing{Endpoint: t.OTLPEndpoint, Ratio: 1, Service: "llmesh", Headers: map[string]route.Secret{}}
 	if u, err := url.Parse(t.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("tracing.otlp_endpoint", "%q must be an http:// or https:// URL such as http://127.0.0.1:4318/v1/traces", t.OTLPEndpoint)
 	} else if u.User != nil {
 		bad("tracing.otlp_endpoint", "credentials belong in tracing.headers_env, not in the URL")
 	} else if u.Path == "" || u.Path == "/" {
-		tc.endpoint = strings.TrimSuffix(t.OTLPEndpoint, "/") + "/v1/traces"
+		tc.Endpoint = strings.TrimSuffix(t.OTLPEndpoint, "/") + "/v1/traces"
 	}
 	if t.SampleRatio != nil {
 		if r := *t.SampleRatio; r < 0 || r > 1 || math.IsNaN(r) {
 			bad("tracing.sample_ratio", "must be between 0 and 1")
 		} else {
-			tc.ratio = r
+			tc.Ratio = r
 		}
 	}
 	if t.ServiceName != "" {
-		tc.service = t.ServiceName
+		tc.Service = t.ServiceName
 	}
 	if t.HeadersEnv != "" {
 		if !envNamePattern.MatchString(t.HeadersEnv) {
@@ -596,7 +510,7 @@ func resolveTracing(t *TracingSection, getenv func(string) string, bad func(fiel
 				bad("tracing.headers_env", "environment variable %s must hold key=value pairs separated by commas", t.HeadersEnv)
 				break
 			}
-			tc.headers[http.CanonicalHeaderKey(k)] = route.Secret(strings.TrimSpace(val))
+			tc.Headers[http.CanonicalHeaderKey(k)] = route.Secret(strings.TrimSpace(val))
 		}
 	}
 	return tc
@@ -604,23 +518,23 @@ func resolveTracing(t *TracingSection, getenv func(string) string, bad func(fiel
 
 // resolveGossip reads the gossip address, seeds, key and label; nil when
 // node.gossip is not set.
-func resolveGossip(n *NodeSection, getenv func(string) string, readFile func(string) ([]byte, error), bad func(field, format string, args ...any)) *gossipConfig {
+func resolveGossip(n *NodeSection, getenv func(string) string, readFile func(string) ([]byte, error), bad func(field, format string, args ...any)) *Gossip {
 	if n.Gossip == "" {
 		return nil
 	}
-	g := &gossipConfig{seeds: n.Join, label: n.Cluster}
+	g := &Gossip{Seeds: n.Join, Label: n.Cluster}
 	host, port, err := net.SplitHostPort(n.Gossip)
 	if err != nil {
 		return nil // reported by the address check
 	}
-	g.bindAddr = host
-	if g.bindAddr == "" {
-		g.bindAddr = "0.0.0.0"
+	g.BindAddr = host
+	if g.BindAddr == "" {
+		g.BindAddr = "0.0.0.0"
 	}
-	if net.ParseIP(g.bindAddr) == nil {
+	if net.ParseIP(g.BindAddr) == nil {
 		bad("node.gossip", "%q must be an IP address and port", n.Gossip)
 	}
-	if g.bindPort, err = strconv.Atoi(port); err != nil || g.bindPort < 0 || g.bindPort > 65535 {
+	if g.BindPort, err = strconv.Atoi(port); err != nil || g.BindPort < 0 || g.BindPort > 65535 {
 		bad("node.gossip", "%q has no valid port", n.Gossip)
 	}
 	if n.Cluster != "" && !nodeNamePattern.MatchString(n.Cluster) {
@@ -659,43 +573,7 @@ func resolveGossip(n *NodeSection, getenv func(string) string, readFile func(str
 	case len(key) != 32:
 		bad(field, "the key must be 32 bytes once decoded, not %d (make one with `llmesh keygen`)", len(key))
 	default:
-		g.key = key
+		g.Key = key
 	}
 	return g
-}
-
-// privateIP is the address node.advertise "auto" stands for: the first
-// private IPv4 address of an interface that is up (a container's or a
-// pod's own), else the first IPv4 address that is not loopback.
-func privateIP() (string, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	var fallback string
-	for _, ifc := range ifaces {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
-				continue
-			}
-			if ipn.IP.IsPrivate() {
-				return ipn.IP.String(), nil
-			}
-			if fallback == "" {
-				fallback = ipn.IP.String()
-			}
-		}
-	}
-	if fallback == "" {
-		return "", errors.New("no interface has an IPv4 address other than loopback")
-	}
-	return fallback, nil
 }

@@ -1,0 +1,143 @@
+package config
+
+import (
+	"crypto/sha256"
+	"time"
+
+	"github.com/llmesh/llmesh/node/pki"
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+// Runtime is a File translated into what each component takes, with
+// defaults applied and secrets read. Resolve produces it.
+type Runtime struct {
+	// Name is the node's name, unique in the mesh; Region its region and
+	// Jurisdiction that region's jurisdiction.
+	Name, Region, Jurisdiction string
+	// HTTPAddr is where the OpenAI API, the admin API, /metrics and /ui
+	// listen.
+	HTTPAddr string
+	// Regions maps every configured region to its jurisdiction.
+	Regions *region.Map
+	// Providers and Groups are the catalog's inputs: what route.NewCatalog
+	// checks and indexes.
+	Providers []route.Provider
+	Groups    []route.Group
+	// TLS makes connections between nodes mutual TLS; nil: they are not.
+	TLS *pki.MeshTLS
+	// Tenants are the file's tenants with their key hashes decoded.
+	Tenants []Tenant
+	// Executor and Health configure the request path and outlier
+	// detection.
+	Executor route.ExecutorConfig
+	Health   route.HealthConfig
+	// MaxBodyBytes, MaxHeaderBytes and MaxMessages bound what a client
+	// may send.
+	MaxBodyBytes   int64
+	MaxHeaderBytes int
+	MaxMessages    int
+	// MaxInFlight bounds one tenant's requests in flight on this node.
+	MaxInFlight int
+	// AdmissionWait bounds a request's wait for escrow or a rate share;
+	// AdmissionQueue the requests waiting at once.
+	AdmissionWait  time.Duration
+	AdmissionQueue int
+	// ReadHeader and ReadBody bound reading a client's request;
+	// ClientWrite one write to a client.
+	ReadHeader, ReadBody, ClientWrite time.Duration
+	// DrainGrace is how long a draining node still accepts requests;
+	// DrainTimeout bounds the whole drain.
+	DrainGrace, DrainTimeout time.Duration
+	// AdminToken guards the admin API; empty: loopback clients only.
+	AdminToken route.Secret
+	// Voter holds a replica of the ledger.
+	Voter bool
+	// RPCAddr is the gRPC address between nodes; "" for none.
+	RPCAddr string
+	// Advertise is the host peers should use; "" for the bound one.
+	Advertise string
+	// Gossip is the gossip settings; nil: this node does not gossip.
+	Gossip *Gossip
+	// ProbeIdle is how long a provider may go uncalled before it is
+	// probed; 0: no probes.
+	ProbeIdle time.Duration
+	// RaftAddr is a voter's Raft transport address, BootstrapExpect the
+	// voters to wait for before the first election.
+	RaftAddr        string
+	BootstrapExpect int
+	// DataDir holds the node's durable state.
+	DataDir string
+	// Ledger is set when the node spends from the Raft ledger: it is a
+	// voter, or it gossips and so can find voters.
+	Ledger bool
+	// RPCToken is the shared secret between nodes, derived from the
+	// gossip key; "" without one.
+	RPCToken string
+	// Tracing is the span exporter's settings; nil: no spans are
+	// exported.
+	Tracing *Tracing
+	// AuditDir is where the audit trail is written, "" for none;
+	// AuditMaxBytes is the size a file is rotated at.
+	AuditDir      string
+	AuditMaxBytes int64
+}
+
+// Tracing is the tracing section, resolved.
+type Tracing struct {
+	// Endpoint is the collector's OTLP/HTTP traces URL.
+	Endpoint string
+	// Headers are sent to the collector with every export; they may
+	// hold a key.
+	Headers map[string]route.Secret
+	// Ratio is the share of the traces this node starts that are
+	// sampled.
+	Ratio float64
+	// Service is the service.name the spans carry.
+	Service string
+}
+
+// Gossip is the node section's gossip settings, resolved.
+type Gossip struct {
+	// BindAddr and BindPort are where memberlist listens (TCP and UDP).
+	BindAddr string
+	BindPort int
+	// Seeds are the addresses joined at start.
+	Seeds []string
+	// Key encrypts gossip: 32 bytes, or none. Secret.
+	Key []byte
+	// Label keeps nodes of other clusters out.
+	Label string
+}
+
+// Tenant is a configured tenant with its key hashes decoded.
+type Tenant struct {
+	Name string
+	// Keys are the SHA-256 sums of the tenant's API keys.
+	Keys [][sha256.Size]byte
+	// Residency, when set, keeps the tenant's requests in one
+	// jurisdiction; StrictTransit keeps them on its nodes too.
+	Residency     region.Residency
+	StrictTransit bool
+	// Budget is the file's spending limit; nil for none.
+	Budget *BudgetSection
+	// Priority is route.PriorityInteractive or route.PriorityBatch.
+	Priority int
+}
+
+// Env is what Resolve reads besides the file: the environment variables
+// and files that hold secrets, and the interfaces node.advertise "auto"
+// picks an address from. Resolve does no other I/O.
+type Env struct {
+	Getenv   func(string) string
+	ReadFile func(string) ([]byte, error)
+	// PrivateIP returns the address node.advertise "auto" stands for; nil
+	// means PrivateIP.
+	PrivateIP func() (string, error)
+}
+
+// Defaults applied by Resolve.
+const (
+	DefaultHTTPAddr     = "127.0.0.1:8080"
+	DefaultMaxBodyBytes = 8 << 20
+)
