@@ -38,14 +38,14 @@ func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 			// the token steers, or profiles.
 			read := (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, "/v1/mesh/")
 			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 && !(read && uiSessionValid(r, want)) {
-				writeError(w, errAdminToken)
+				n.writeError(w, errAdminToken)
 				return
 			}
 		} else if !fromLoopback(r) {
-			writeError(w, errAdminRemote)
+			n.writeError(w, errAdminRemote)
 			return
 		} else if err := browserGuard(r); err != nil {
-			writeError(w, err)
+			n.writeError(w, err)
 			return
 		}
 		h(w, r)
@@ -202,18 +202,18 @@ func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 // join serves POST /v1/mesh/join {"addrs": ["host:port", ...]}.
 func (n *Node) join(w http.ResponseWriter, r *http.Request) {
 	if n.mesh == nil {
-		writeError(w, errNoGossip)
+		n.writeError(w, errNoGossip)
 		return
 	}
 	var req struct {
 		Addrs []string `json:"addrs"`
 	}
 	const shape = `{"addrs": ["host:port", ...]}`
-	if !readAdminJSON(w, r, &req, shape) {
+	if !n.readAdminJSON(w, r, &req, shape) {
 		return
 	}
 	if len(req.Addrs) == 0 {
-		writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
+		n.writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
 		return
 	}
 	for i, a := range req.Addrs {
@@ -271,16 +271,16 @@ func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
 // read was linearizable.
 func (n *Node) readLedgerView(w http.ResponseWriter, r *http.Request, what string, linearizable bool, v any) (gotLin, ok bool) {
 	if n.ledger == nil {
-		writeError(w, errNoLedger)
+		n.writeError(w, errNoLedger)
 		return false, false
 	}
 	b, gotLin, err := n.ledger.client.Read(r.Context(), what, linearizable)
 	if err != nil {
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return false, false
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		writeError(w, err)
+		n.writeError(w, err)
 		return false, false
 	}
 	return gotLin, true
@@ -293,18 +293,18 @@ func (n *Node) setBudget(w http.ResponseWriter, r *http.Request) {
 		Period string   `json:"period"`
 	}
 	const shape = `{"usd": AMOUNT, "period": "day|month|total"}`
-	if !readAdminJSON(w, r, &req, shape) {
+	if !n.readAdminJSON(w, r, &req, shape) {
 		return
 	}
 	if req.USD == nil || *req.USD < 0 {
-		writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
+		n.writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
 		return
 	}
 	if req.Period == "" {
 		req.Period = consensus.PeriodMonth
 	}
 	if req.Period != consensus.PeriodDay && req.Period != consensus.PeriodMonth && req.Period != consensus.PeriodTotal {
-		writeError(w, &route.InvalidRequestError{Param: "period", Msg: "must be day, month or total"})
+		n.writeError(w, &route.InvalidRequestError{Param: "period", Msg: "must be day, month or total"})
 		return
 	}
 	tenant := r.PathValue("tenant")
@@ -321,11 +321,11 @@ func (n *Node) forfeit(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Node string `json:"node"`
 	}
-	if !readAdminJSON(w, r, &req, `{"node": "NAME"}`) {
+	if !n.readAdminJSON(w, r, &req, `{"node": "NAME"}`) {
 		return
 	}
 	if req.Node == "" {
-		writeError(w, &route.InvalidRequestError{Msg: `the body must be {"node": "NAME"}`})
+		n.writeError(w, &route.InvalidRequestError{Msg: `the body must be {"node": "NAME"}`})
 		return
 	}
 	n.applyAdmin(w, r, consensus.CmdForfeit, req, map[string]any{"node": req.Node, "forfeited": true})
@@ -334,12 +334,12 @@ func (n *Node) forfeit(w http.ResponseWriter, r *http.Request) {
 // raftPeers serves GET /v1/mesh/raft/peers.
 func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
 	if n.ledger == nil {
-		writeError(w, errNoLedger)
+		n.writeError(w, errNoLedger)
 		return
 	}
 	peers, err := n.ledger.peers(r.Context(), false)
 	if err != nil {
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"peers": peers})

@@ -86,7 +86,7 @@ type AttemptView struct {
 	Millis   int64  `json:"ms"`
 }
 
-func (e *decision) view() Decision {
+func (e *decision) view(red *route.Redactor) Decision {
 	v := Decision{Time: e.at, RequestID: e.id, Tenant: e.tenant, Model: e.model, Stream: e.stream, Provider: e.provider,
 		ForwardedBy: e.origin, Status: e.status, Outcome: outcome(e.status, e.res), Millis: e.took.Milliseconds(),
 		Attempts: []AttemptView{}}
@@ -103,7 +103,7 @@ func (e *decision) view() Decision {
 	}
 	if e.err != nil {
 		_, ae := classify(e.err)
-		v.Why = ae.Code + ": " + ae.Message
+		v.Why = ae.Code + ": " + red.Redact(ae.Message)
 	}
 	return v
 }
@@ -115,14 +115,14 @@ func (n *Node) decisionsHandler(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("limit"); s != "" {
 		k, err := strconv.Atoi(s)
 		if err != nil || k < 1 {
-			writeError(w, &route.InvalidRequestError{Param: "limit", Msg: "must be a positive integer"})
+			n.writeError(w, &route.InvalidRequestError{Param: "limit", Msg: "must be a positive integer"})
 			return
 		}
 		limit = min(k, decisionsKept)
 	}
 	out := []Decision{}
 	for _, e := range n.decided.last(limit) {
-		out = append(out, e.view())
+		out = append(out, e.view(n.red))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.Name, "decisions": out})
 }

@@ -31,9 +31,11 @@ type apiError struct {
 const statusClientClosed = 499
 
 // classify maps an error of the request path to its HTTP status and
-// OpenAI error, the one place where that mapping is made.
+// OpenAI error, the one place where that mapping is made. The message is
+// err's own: what is answered or shown goes through Node.classify, which
+// redacts it.
 func classify(err error) (int, apiError) {
-	e := apiError{Message: route.Redact(err.Error())}
+	e := apiError{Message: err.Error()}
 	var inv *route.InvalidRequestError
 	var ra *route.RetryAfterError
 	switch {
@@ -89,9 +91,17 @@ func classify(err error) (int, apiError) {
 	return http.StatusInternalServerError, e
 }
 
+// classify is the package's classify with the node's secrets redacted
+// from the message.
+func (n *Node) classify(err error) (int, apiError) {
+	status, e := classify(err)
+	e.Message = n.red.Redact(e.Message)
+	return status, e
+}
+
 // writeError answers with err in OpenAI's shape and returns the status. A
 // provider's own refusal of the request is relayed as it is.
-func writeError(w http.ResponseWriter, err error) int {
+func (n *Node) writeError(w http.ResponseWriter, err error) int {
 	var reply *route.UpstreamReply
 	if errors.As(err, &reply) {
 		ct := reply.Header.Get("Content-Type")
@@ -104,7 +114,7 @@ func writeError(w http.ResponseWriter, err error) int {
 		_, _ = w.Write(reply.Body)
 		return reply.Status
 	}
-	status, e := classify(err)
+	status, e := n.classify(err)
 	if status == statusClientClosed {
 		return status
 	}

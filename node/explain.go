@@ -74,19 +74,19 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 		}
 		if name := r.Header.Get("X-Llmesh-Tenant"); name != "" {
 			if t, ok = n.tenants.Load().named(name); !ok {
-				writeError(w, fmt.Errorf("%w: %q", errNoSuchTenant, name))
+				n.writeError(w, fmt.Errorf("%w: %q", errNoSuchTenant, name))
 				return
 			}
 		}
 	}
 	body, err := n.readBody(w, http.NewResponseController(w), r)
 	if err != nil {
-		writeError(w, err)
+		n.writeError(w, err)
 		return
 	}
 	chat, err := route.ParseChatRequest(body)
 	if err != nil {
-		writeError(w, err)
+		n.writeError(w, err)
 		return
 	}
 	req := &route.Request{Chat: chat, Session: sessionKey(r.Header.Get("X-Llmesh-Session"))}
@@ -99,7 +99,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
 		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
-			writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
+			n.writeError(w, &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
 			return
 		}
 	}
@@ -109,7 +109,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, err := n.planner().Plan(req, n.now())
 	if err != nil {
-		status, e := classify(err)
+		status, e := n.classify(err)
 		out.Error = &ExplainError{Status: status, Code: e.Code, Message: e.Message}
 	}
 	if plan != nil {

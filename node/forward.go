@@ -85,7 +85,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	}()
 	refuse := func(err error) error {
 		failure = err
-		status = writeError(sink, err)
+		status = n.writeError(sink, err)
 		if status == statusClientClosed {
 			return nil
 		}

@@ -66,7 +66,7 @@ func (n *Node) routes() http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.ClientWrite))
-		writeError(w, errNotFound)
+		n.writeError(w, errNotFound)
 	})
 	return mux
 }
@@ -81,7 +81,7 @@ func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.ClientWrite))
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header()["Allow"] = []string{method}
-			writeError(w, errMethod)
+			n.writeError(w, errMethod)
 			return
 		}
 		h(w, r)
@@ -101,7 +101,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 	t, ok := n.tenants.Load().authenticate(r)
 	if !ok {
-		writeError(w, errUnauthorized)
+		n.writeError(w, errUnauthorized)
 		return
 	}
 	type model struct {
@@ -180,7 +180,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	}()
 	fail := func(err error) {
 		failure = err
-		status = writeError(sink, err)
+		status = n.writeError(sink, err)
 	}
 
 	t, ok := n.tenants.Load().authenticate(r)

@@ -91,6 +91,7 @@ type Node struct {
 	audit      *auditLog // nil when audit.disabled
 	perTenant  sync.Map  // tenant name → *atomic.Int64: its requests in flight here
 	logPrompts bool
+	red        *route.Redactor // the node's secrets, out of its log and answers
 
 	srv       *http.Server
 	ln        net.Listener
@@ -128,14 +129,15 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	registerSecrets(s)
+	red := newRedactor(s)
 	catalog, err := route.NewCatalog(s.Providers, s.Groups...)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{
 		s:         s,
-		log:       slog.New(redactHandler{opts.Logger.Handler()}).With("node", s.Name),
+		log:       slog.New(redactHandler{opts.Logger.Handler(), red}).With("node", s.Name),
+		red:       red,
 		reg:       opts.Registry,
 		metrics:   newMetrics(opts.Registry),
 		now:       opts.Clock,
@@ -234,6 +236,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		Tokenizer: &route.Tokenizer{},
 		Observer:  n.metrics,
 		Clock:     opts.Clock,
+		Redactor:  red,
 	})
 	n.probes = newProber(n, s.ProbeIdle)
 	n.srv = &http.Server{

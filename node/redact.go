@@ -10,45 +10,47 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
-// registerSecrets hands every credential of s to route.Redact, the one
+// newRedactor returns the redactor of every credential of s: the one
 // redaction point for what the node logs and answers.
-func registerSecrets(s *config.Runtime) {
-	route.RegisterSecret(s.AdminToken.Reveal())
+func newRedactor(s *config.Runtime) *route.Redactor {
+	list := []string{s.AdminToken.Reveal(), s.RPCToken}
 	for _, p := range s.Providers {
-		route.RegisterSecret(p.APIKey.Reveal())
+		list = append(list, p.APIKey.Reveal())
 	}
 	if s.Gossip != nil && len(s.Gossip.Key) > 0 {
-		route.RegisterSecret(base64.StdEncoding.EncodeToString(s.Gossip.Key))
-		route.RegisterSecret(string(s.Gossip.Key))
+		list = append(list, base64.StdEncoding.EncodeToString(s.Gossip.Key), string(s.Gossip.Key))
 	}
-	route.RegisterSecret(s.RPCToken)
 	if s.Tracing != nil {
 		for _, v := range s.Tracing.Headers {
-			route.RegisterSecret(v.Reveal())
+			list = append(list, v.Reveal())
 		}
 	}
+	return route.NewRedactor(list...)
 }
 
-// redactHandler passes every log record through route.Redact: its
+// redactHandler passes every log record through its redactor: its
 // message and every attribute's text, including errors and the
 // attributes of groups and of With.
-type redactHandler struct{ h slog.Handler }
+type redactHandler struct {
+	h   slog.Handler
+	red *route.Redactor
+}
 
 func (r redactHandler) Enabled(ctx context.Context, l slog.Level) bool { return r.h.Enabled(ctx, l) }
 
 func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
 	// Most records hold no secret: they pass as they are, without a copy.
-	dirty := route.Redact(rec.Message) != rec.Message
+	dirty := r.red.Redact(rec.Message) != rec.Message
 	rec.Attrs(func(a slog.Attr) bool {
-		dirty = dirty || holdsSecret(a)
+		dirty = dirty || r.holdsSecret(a)
 		return !dirty
 	})
 	if !dirty {
 		return r.h.Handle(ctx, rec)
 	}
-	out := slog.NewRecord(rec.Time, rec.Level, route.Redact(rec.Message), rec.PC)
+	out := slog.NewRecord(rec.Time, rec.Level, r.red.Redact(rec.Message), rec.PC)
 	rec.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(redactAttr(a))
+		out.AddAttrs(r.redactAttr(a))
 		return true
 	})
 	return r.h.Handle(ctx, out)
@@ -57,33 +59,33 @@ func (r redactHandler) Handle(ctx context.Context, rec slog.Record) error {
 func (r redactHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	red := make([]slog.Attr, len(as))
 	for i, a := range as {
-		red[i] = redactAttr(a)
+		red[i] = r.redactAttr(a)
 	}
-	return redactHandler{r.h.WithAttrs(red)}
+	return redactHandler{r.h.WithAttrs(red), r.red}
 }
 
-func (r redactHandler) WithGroup(name string) slog.Handler { return redactHandler{r.h.WithGroup(name)} }
+func (r redactHandler) WithGroup(name string) slog.Handler { return redactHandler{r.h.WithGroup(name), r.red} }
 
 // holdsSecret reports whether redactAttr would change a.
-func holdsSecret(a slog.Attr) bool {
+func (r redactHandler) holdsSecret(a slog.Attr) bool {
 	v := a.Value.Resolve()
 	if v.Kind() == slog.KindString {
 		s := v.String()
-		return route.Redact(s) != s
+		return r.red.Redact(s) != s
 	}
 	if v.Kind() == slog.KindGroup {
 		for _, ga := range v.Group() {
-			if holdsSecret(ga) {
+			if r.holdsSecret(ga) {
 				return true
 			}
 		}
 		return false
 	}
-	r := redactAttr(a)
-	return r.Value.Kind() == slog.KindString && v.Kind() != slog.KindString
+	red := r.redactAttr(a)
+	return red.Value.Kind() == slog.KindString && v.Kind() != slog.KindString
 }
 
-func redactAttr(a slog.Attr) slog.Attr {
+func (r redactHandler) redactAttr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
 	text := ""
 	switch v.Kind() {
@@ -104,14 +106,14 @@ func redactAttr(a slog.Attr) slog.Attr {
 		g := v.Group()
 		red := make([]any, len(g))
 		for i, ga := range g {
-			red[i] = redactAttr(ga)
+			red[i] = r.redactAttr(ga)
 		}
 		return slog.Group(a.Key, red...)
 	default:
 		return slog.Attr{Key: a.Key, Value: v}
 	}
 	// Only text that holds a secret changes (and then becomes a string).
-	if red := route.Redact(text); red != text {
+	if red := r.red.Redact(text); red != text {
 		return slog.String(a.Key, red)
 	}
 	return slog.Attr{Key: a.Key, Value: v}

@@ -15,9 +15,8 @@ import (
 // a record: message, strings, errors, groups and With attributes.
 func TestRedactHandler(t *testing.T) {
 	const key = "sk-handler-test-0123456789"
-	route.RegisterSecret(key)
 	var buf bytes.Buffer
-	log := slog.New(redactHandler{slog.NewJSONHandler(&buf, nil)}).With("with", "k="+key)
+	log := slog.New(redactHandler{slog.NewJSONHandler(&buf, nil), route.NewRedactor(key)}).With("with", "k="+key)
 	log.Info("message "+key, "s", key, "err", fmt.Errorf("wrapped: %w", errors.New(key)),
 		slog.Group("g", "inner", key), "list", []string{key}, "n", 3)
 	log.Info("clean", "s", "nothing", "n", 4)

@@ -188,16 +188,16 @@ func (n *Node) addTenantKey(w http.ResponseWriter, r *http.Request) {
 		Residency     string `json:"residency"`
 		StrictTransit bool   `json:"strict_transit"`
 	}
-	if !readAdminJSON(w, r, &req, `{"key_sha256": HEX, "create": BOOL, "residency": JURISDICTION}`) {
+	if !n.readAdminJSON(w, r, &req, `{"key_sha256": HEX, "create": BOOL, "residency": JURISDICTION}`) {
 		return
 	}
 	tenant := r.PathValue("tenant")
 	if !config.ValidName(tenant) {
-		writeError(w, &route.InvalidRequestError{Param: "tenant", Msg: "must be 1-64 letters, digits, '.', '_' or '-'"})
+		n.writeError(w, &route.InvalidRequestError{Param: "tenant", Msg: "must be 1-64 letters, digits, '.', '_' or '-'"})
 		return
 	}
 	if req.Residency != "" && !slices.Contains(n.s.Regions.Jurisdictions(), region.Jurisdiction(req.Residency)) {
-		writeError(w, &route.InvalidRequestError{Param: "residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", req.Residency)})
+		n.writeError(w, &route.InvalidRequestError{Param: "residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", req.Residency)})
 		return
 	}
 	cmd := consensus.AddKey{Tenant: tenant, KeySHA256: strings.ToLower(req.KeySHA256)}
@@ -211,7 +211,7 @@ func (n *Node) addTenantKey(w http.ResponseWriter, r *http.Request) {
 // {"keys": [ID or HEX, ...]} or {"all": true}.
 func (n *Node) revokeTenantKeys(w http.ResponseWriter, r *http.Request) {
 	var req consensus.RevokeKey
-	if !readAdminJSON(w, r, &req, `{"keys": [KEY_ID, ...]} or {"all": true}`) {
+	if !n.readAdminJSON(w, r, &req, `{"keys": [KEY_ID, ...]} or {"all": true}`) {
 		return
 	}
 	req.Tenant = r.PathValue("tenant")
@@ -220,10 +220,10 @@ func (n *Node) revokeTenantKeys(w http.ResponseWriter, r *http.Request) {
 
 // readAdminJSON reads an admin request's small JSON body into v, or
 // answers 400 with the expected shape.
-func readAdminJSON(w http.ResponseWriter, r *http.Request, v any, shape string) bool {
+func (n *Node) readAdminJSON(w http.ResponseWriter, r *http.Request, v any, shape string) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	if err != nil || json.Unmarshal(body, v) != nil {
-		writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
+		n.writeError(w, &route.InvalidRequestError{Msg: "the body must be " + shape})
 		return false
 	}
 	return true
@@ -233,18 +233,18 @@ func readAdminJSON(w http.ResponseWriter, r *http.Request, v any, shape string) 
 // or the error in OpenAI's shape.
 func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, body any, ok map[string]any) {
 	if n.ledger == nil {
-		writeError(w, errNoLedger)
+		n.writeError(w, errNoLedger)
 		return
 	}
 	b, _ := json.Marshal(body)
 	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.Name), Type: typ, Body: b})
 	switch {
 	case err != nil:
-		writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
+		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 	case strings.Contains(res.Err, consensus.ErrNoTenant.Error()):
-		writeError(w, fmt.Errorf("%w: %s", errNoSuchTenant, res.Err))
+		n.writeError(w, fmt.Errorf("%w: %s", errNoSuchTenant, res.Err))
 	case res.Err != "":
-		writeError(w, &route.InvalidRequestError{Msg: res.Err})
+		n.writeError(w, &route.InvalidRequestError{Msg: res.Err})
 	default:
 		writeJSON(w, http.StatusOK, ok)
 	}

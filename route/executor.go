@@ -136,6 +136,7 @@ type Executor struct {
 	observer  Observer  // nil: none
 	affinity  *Affinity // nil: sessions not remembered
 	forwarder Forwarder // nil: a node alone
+	redactor  *Redactor // nil: nothing to redact
 	now       func() time.Time
 }
 
@@ -159,6 +160,8 @@ type ExecutorDeps struct {
 	// executor's own pooled transport (tests record calls with it).
 	Transport http.RoundTripper
 	Clock     func() time.Time // nil: time.Now
+	// Redactor takes the node's secrets out of attempts' details.
+	Redactor *Redactor
 }
 
 // NewExecutor returns an Executor with its own connection pool.
@@ -184,6 +187,7 @@ func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
 		observer:  d.Observer,
 		affinity:  d.Affinity,
 		forwarder: d.Forwarder,
+		redactor:  d.Redactor,
 		now:       d.Clock,
 	}
 	if e.now == nil {
@@ -446,7 +450,7 @@ func (a *attemptResult) short() string {
 
 func (e *Executor) fail(a *attemptResult, o Outcome, format string, args ...any) *attemptResult {
 	a.Outcome = o
-	a.Detail = Redact(fmt.Sprintf(format, args...))
+	a.Detail = e.redactor.Redact(fmt.Sprintf(format, args...))
 	return a
 }
 

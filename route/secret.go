@@ -4,8 +4,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 )
 
 // Secret is a credential: a provider key read from the environment. It
@@ -25,17 +23,14 @@ func (s Secret) LogValue() slog.Value         { return slog.StringValue(redacted
 func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
 func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
 
-// The process's secrets, for Redact. A node registers every credential
-// it is configured with (provider keys, its admin token, the gossip key,
-// a collector's headers) as it reads them, so that text quoting one — a
-// provider echoing the key it was sent in an error body, an error
-// wrapping a URL — prints [redacted] instead.
-var secrets struct {
-	mu  sync.Mutex
-	set atomic.Pointer[secretSet]
-}
-
-type secretSet struct {
+// Redactor replaces a node's secrets in text with [redacted]. A node
+// builds one from every credential it is configured with (provider keys,
+// its admin token, the gossip key, a collector's headers) and passes its
+// log handler, its error writer and its executor through it, so that
+// text quoting one — a provider echoing the key it was sent in an error
+// body, an error wrapping a URL — prints [redacted] instead. A Redactor
+// does not change once built; the nil Redactor redacts nothing.
+type Redactor struct {
 	list []string // longest first, so that a secret containing another is replaced whole
 	r    *strings.Replacer
 }
@@ -44,41 +39,35 @@ type secretSet struct {
 // match ordinary text.
 const minSecret = 8
 
-// RegisterSecret makes Redact replace s from now on.
-func RegisterSecret(s string) {
-	if len(s) < minSecret {
-		return
-	}
-	secrets.mu.Lock()
-	defer secrets.mu.Unlock()
+// NewRedactor returns a Redactor of secrets; values shorter than 8 bytes
+// are left out, and so nil is returned when none is left.
+func NewRedactor(secrets ...string) *Redactor {
 	var list []string
-	if cur := secrets.set.Load(); cur != nil {
-		if slices.Contains(cur.list, s) {
-			return
+	for _, s := range secrets {
+		if len(s) >= minSecret && !slices.Contains(list, s) {
+			list = append(list, s)
 		}
-		list = slices.Clone(cur.list)
 	}
-	list = append(list, s)
+	if len(list) == 0 {
+		return nil
+	}
 	slices.SortFunc(list, func(a, b string) int { return len(b) - len(a) })
 	pairs := make([]string, 0, 2*len(list))
 	for _, v := range list {
 		pairs = append(pairs, v, redacted)
 	}
-	secrets.set.Store(&secretSet{list: list, r: strings.NewReplacer(pairs...)})
+	return &Redactor{list: list, r: strings.NewReplacer(pairs...)}
 }
 
-// Redact returns s with every registered secret replaced by [redacted].
-// It is the one redaction point: the node's log handler and every error
-// message it answers or records pass through it. Text holding no secret
-// is returned as it is, without allocating.
-func Redact(s string) string {
-	set := secrets.set.Load()
-	if set == nil || len(s) < minSecret {
+// Redact returns s with every secret replaced by [redacted]. Text holding
+// no secret is returned as it is, without allocating.
+func (r *Redactor) Redact(s string) string {
+	if r == nil || len(s) < minSecret {
 		return s
 	}
-	for _, v := range set.list {
+	for _, v := range r.list {
 		if strings.Contains(s, v) {
-			return set.r.Replace(s)
+			return r.r.Replace(s)
 		}
 	}
 	return s
