@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
@@ -36,9 +37,9 @@ func TestAuditTrailFollowsTheData(t *testing.T) {
 	if failed < 500 {
 		t.Fatalf("with every eu provider down: %d", failed)
 	}
-	trail := func(region string) map[string]node.AuditRecord {
-		out := map[string]node.AuditRecord{}
-		breaks, err := node.ScanAudit(dirs[region], func(r node.AuditRecord) error { out[r.RequestID] = r; return nil })
+	trail := func(region string) map[string]audit.Record {
+		out := map[string]audit.Record{}
+		breaks, err := audit.Scan(dirs[region], func(r audit.Record) error { out[r.RequestID] = r; return nil })
 		if err != nil || len(breaks) != 0 {
 			t.Fatalf("%s: %v %v", region, err, breaks)
 		}
@@ -48,7 +49,7 @@ func TestAuditTrailFollowsTheData(t *testing.T) {
 		return len(trail("us")) == 1 && len(trail("eu")) == 2
 	})
 	us, eu := trail("us")["audit-1"], trail("eu")["audit-1"]
-	for _, r := range []node.AuditRecord{us, eu} {
+	for _, r := range []audit.Record{us, eu} {
 		if r.Tenant != "acme-eu" || r.Residency != "eu" || r.Provider != "gpu-eu" || r.ProviderJurisdictions != "eu" ||
 			r.ProviderRegion != "eu-west" || len(r.Nodes) != 2 || r.Nodes[0] != "us-1" || r.Nodes[1] != "eu-1" || r.Outcome != "ok" {
 			t.Errorf("record %+v", r)

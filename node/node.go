@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/route"
 )
@@ -86,10 +87,10 @@ type Node struct {
 	// rateWaiting are those waiting now for a rate share.
 	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *prober
-	decided    decisions // the last routing decisions, for the dashboard
-	tracer     *tracer   // nil unless tracing.otlp_endpoint is set
-	audit      *auditLog // nil when audit.disabled
-	perTenant  sync.Map  // tenant name → *atomic.Int64: its requests in flight here
+	decided    decisions  // the last routing decisions, for the dashboard
+	tracer     *tracer    // nil unless tracing.otlp_endpoint is set
+	audit      *audit.Log // nil when audit.disabled
+	perTenant  sync.Map   // tenant name → *atomic.Int64: its requests in flight here
 	logPrompts bool
 	red        *route.Redactor // the node's secrets, out of its log and answers
 
@@ -263,7 +264,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	fail := func(err error) error {
 		ln.Close()
-		n.audit.close()
+		n.audit.Close()
 		if n.grpc != nil {
 			n.grpc.Stop()
 		}
@@ -273,7 +274,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	if n.s.AuditDir != "" {
-		if n.audit, err = openAudit(n.s.AuditDir, n.s.AuditMaxBytes, n.log, n.reg); err != nil {
+		if n.audit, err = audit.Open(n.s.AuditDir, n.s.AuditMaxBytes, n.log, n.reg); err != nil {
 			return fail(err)
 		}
 	}
@@ -441,7 +442,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.forward.close()
 		}
 		n.tracer.close() // every request has ended: send their spans
-		n.audit.close()  // and write their audit lines
+		n.audit.Close()  // and write their audit lines
 		n.shutdownErr = errors.Join(errs...)
 		n.setPhase(phaseStopped)
 		n.log.Info("node stopped")
@@ -476,6 +477,6 @@ func (n *Node) Kill() {
 			n.forward.close()
 		}
 		n.tracer.close()
-		n.audit.close()
+		n.audit.Close()
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/audit"
 )
 
 // runAudit is llmesh audit: it reads a node's audit trail (its files, on
@@ -64,7 +65,7 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 	}
 	matched := 0
 	enc := json.NewEncoder(stdout)
-	breaks, err := node.ScanAudit(*dir, func(r node.AuditRecord) error {
+	breaks, err := audit.Scan(*dir, func(r audit.Record) error {
 		if (*tenant != "" && r.Tenant != *tenant) || (*request != "" && r.RequestID != *request) ||
 			(*provider != "" && r.Provider != *provider) || (!from.IsZero() && r.Time.Before(from)) || (!to.IsZero() && !r.Time.Before(to)) {
 			return nil

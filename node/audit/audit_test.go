@@ -1,4 +1,4 @@
-package node
+package audit
 
 import (
 	"fmt"
@@ -14,21 +14,21 @@ import (
 
 func writeTrail(t *testing.T, dir string, maxSize int64, from, count int) {
 	t.Helper()
-	a, err := openAudit(dir, maxSize, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	a, err := Open(dir, maxSize, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := from; i < from+count; i++ {
-		a.record(&AuditRecord{Time: time.Unix(int64(i), 0).UTC(), RequestID: fmt.Sprint("r", i), Node: "eu-1", Tenant: "acme",
+		a.Record(&Record{Time: time.Unix(int64(i), 0).UTC(), RequestID: fmt.Sprint("r", i), Node: "eu-1", Tenant: "acme",
 			Residency: "eu", Nodes: []string{"us-1", "eu-1"}, Provider: "gpu-eu", ProviderJurisdictions: "eu", Status: 200, Outcome: "ok"})
 	}
-	a.close()
+	a.Close()
 }
 
-func scanIDs(t *testing.T, dir string) ([]string, []AuditBreak) {
+func scanIDs(t *testing.T, dir string) ([]string, []Break) {
 	t.Helper()
 	var ids []string
-	breaks, err := ScanAudit(dir, func(r AuditRecord) error { ids = append(ids, r.RequestID); return nil })
+	breaks, err := Scan(dir, func(r Record) error { ids = append(ids, r.RequestID); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestAuditTrailRotatesAndChains(t *testing.T) {
 	dir := t.TempDir()
 	writeTrail(t, dir, 1000, 0, 20)
 	writeTrail(t, dir, 1000, 20, 5) // a restart goes on with the chain
-	files, _ := AuditFiles(dir)
+	files, _ := Files(dir)
 	if len(files) < 4 {
 		t.Fatalf("%d files: no rotation", len(files))
 	}
@@ -91,12 +91,12 @@ func TestAuditTrailRotatesAndChains(t *testing.T) {
 
 // A full queue drops records and counts them; it never blocks a request.
 func TestAuditQueueNeverBlocks(t *testing.T) {
-	a := &auditLog{queue: make(chan *AuditRecord, 1), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	a := &Log{queue: make(chan *Record, 1), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"outcome"})}
 	done := make(chan struct{})
 	go func() {
 		for range 3 {
-			a.record(&AuditRecord{RequestID: "r"})
+			a.Record(&Record{RequestID: "r"})
 		}
 		close(done)
 	}()
@@ -112,7 +112,7 @@ func TestAuditQueueNeverBlocks(t *testing.T) {
 func TestAuditTornLineAndLateRecord(t *testing.T) {
 	dir := t.TempDir()
 	writeTrail(t, dir, 1<<20, 0, 3)
-	name := dir + "/" + auditFile
+	name := dir + "/" + currentFile
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -123,13 +123,13 @@ func TestAuditTornLineAndLateRecord(t *testing.T) {
 	if ids, breaks := scanIDs(t, dir); len(ids) != 5 || len(breaks) != 0 {
 		t.Fatalf("after a torn line: %v, breaks %v", ids, breaks)
 	}
-	a, err := openAudit(dir, 1<<20, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	a, err := Open(dir, 1<<20, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.close()
-	a.record(&AuditRecord{RequestID: "late"})
-	a.close()
+	a.Close()
+	a.Record(&Record{RequestID: "late"})
+	a.Close()
 }
 
 // lastLine finds the last whole line from the file's end, through lines
