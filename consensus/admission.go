@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/llmesh/llmesh/route"
 )
 
 // waiter is one request in the admission queue.
@@ -21,7 +19,7 @@ type waiter struct {
 	prio   int
 	seq    uint64
 	done   chan struct{} // closed once hold or err is set
-	hold   *escrowHold
+	hold   *Hold
 	err    error
 }
 
@@ -40,44 +38,37 @@ func (h *BudgetHolder) SetAdmission(n int) {
 }
 
 // TryReserve is Reserve without waiting: it fails at once, with a
-// *route.RetryAfterError, where Reserve would queue (the top-up it asks
+// *RetryAfterError, where Reserve would queue (the top-up it asks
 // for is under way). A simulator in virtual time uses it.
-func (h *BudgetHolder) TryReserve(tenant string, usd float64, now time.Time) (route.BudgetHold, error) {
+func (h *BudgetHolder) TryReserve(tenant string, usd float64, now time.Time) (*Hold, error) {
 	if b := h.budgeted(); b != nil && !b[tenant] {
-		return noHold{}, nil
+		return &Hold{}, nil
 	}
 	upper := CeilNanos(usd)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hold, err := h.tryLocked(tenant, upper, now)
 	if hold != nil || err != nil {
-		return orNil(hold), err
+		return hold, err
 	}
 	h.need[tenant] = max(h.need[tenant], upper)
 	h.kickLocked()
-	return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
+	return nil, &RetryAfterError{After: time.Second, Msg: "this node is renewing its budget escrow for the tenant"}
 }
 
-// orNil keeps a nil *escrowHold from becoming a non-nil interface.
-func orNil(h *escrowHold) route.BudgetHold {
-	if h == nil {
-		return nil
-	}
-	return h
-}
-
-// Reserve implements route.BudgetGate. A tenant without a budget is not
-// held. Otherwise the reservation comes out of the local escrow; when
+// Reserve holds usd of tenant's budget until the hold is settled (node/
+// adapts it to route's budget gate). A tenant without a budget gets a hold
+// that settles nothing. Otherwise the reservation comes out of the local escrow; when
 // that falls short, the request waits in this node's admission queue
 // (FIFO within a priority, lower first) for the top-up its shortfall
 // asks for, until ctx is done. It fails with ErrBudgetExceeded once what
 // the tenant could still spend cannot cover usd, and with a
-// *route.RetryAfterError only when the wait ran out at until (or the
+// *RetryAfterError only when the wait ran out at until (or the
 // queue is full): lease mechanics are not the client's problem. A zero
 // until does not wait.
-func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, prio int, until, now time.Time) (route.BudgetHold, error) {
+func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, prio int, until, now time.Time) (*Hold, error) {
 	if b := h.budgeted(); b != nil && !b[tenant] {
-		return noHold{}, nil
+		return &Hold{}, nil
 	}
 	upper := CeilNanos(usd)
 	h.mu.Lock()
@@ -85,20 +76,20 @@ func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, 
 		hold, err := h.tryLocked(tenant, upper, now)
 		if hold != nil || err != nil {
 			h.mu.Unlock()
-			return orNil(hold), err
+			return hold, err
 		}
 	}
 	if h.closing {
 		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
+		return nil, &RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
 	}
 	if !until.After(now) {
 		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
+		return nil, &RetryAfterError{After: time.Second, Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
 	}
 	if len(h.waiting) >= h.maxQueue {
 		h.mu.Unlock()
-		return nil, &route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("%d requests are waiting for budget escrow on this node, its most", h.maxQueue)}
+		return nil, &RetryAfterError{After: time.Second, Msg: fmt.Sprintf("%d requests are waiting for budget escrow on this node, its most", h.maxQueue)}
 	}
 	h.waitSeq++
 	w := &waiter{tenant: tenant, upper: upper, prio: prio, seq: h.waitSeq, done: make(chan struct{})}
@@ -117,7 +108,7 @@ func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, 
 	defer timer.Stop()
 	select {
 	case <-w.done:
-		return orNil(w.hold), w.err
+		return w.hold, w.err
 	case <-ctx.Done():
 	case <-timer.C:
 	}
@@ -125,11 +116,11 @@ func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, 
 	defer h.mu.Unlock()
 	select {
 	case <-w.done: // served as the wait ran out
-		return orNil(w.hold), w.err
+		return w.hold, w.err
 	default:
 	}
 	h.dropWaiterLocked(w)
-	return nil, &route.RetryAfterError{After: time.Second,
+	return nil, &RetryAfterError{After: time.Second,
 		Msg: "this node could not gather enough of the tenant's budget escrow in time (other nodes hold the rest, or the ledger is unreachable); retry"}
 }
 
@@ -150,19 +141,19 @@ func (h *BudgetHolder) queuedAheadLocked(tenant string, prio int) bool {
 // tryLocked reserves upper from tenant's escrow: a hold, or
 // ErrBudgetExceeded when the books could not let this node spend upper,
 // or neither (wait for a top-up).
-func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*escrowHold, error) {
+func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*Hold, error) {
 	l := h.leases[tenant]
 	if l != nil && !h.closing && now.Before(l.expires) && l.free() >= upper {
 		l.inflight += upper
 		l.largest = max(l.largest, upper)
 		l.peak = max(l.peak, l.inflight)
 		l.lastUse = now
-		return &escrowHold{h: h, l: l, upper: upper}, nil
+		return &Hold{h: h, l: l, upper: upper}, nil
 	}
 	if l != nil && h.synced && now.Before(l.expires) && l.headroom < upper && l.free() < upper {
 		h.kickLocked() // the next request learns of a raised limit at once
 		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
-			route.ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
+			ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
 	}
 	return nil, nil
 }
@@ -228,7 +219,7 @@ const shortRetry = 100 * time.Millisecond
 // failWaitersLocked answers every waiting request: the node stops.
 func (h *BudgetHolder) failWaitersLocked() {
 	for _, w := range h.waiting {
-		w.err = &route.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
+		w.err = &RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
 		close(w.done)
 	}
 	h.waiting = nil

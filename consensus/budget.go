@@ -10,15 +10,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/llmesh/llmesh/route"
 )
 
 // BudgetHolder is a node's escrow of its tenants' budgets: money granted
 // by the ledger that the node may spend without asking. The request path
 // reserves a true upper bound of each attempt's cost from it and settles
-// the actual cost after (route.BudgetGate), under a mutex and nothing
-// else. A background loop reports spend to the leader in batches (one
+// the actual cost after (node/ adapts it to route's budget gate), under a
+// mutex and nothing else. A background loop reports spend to the leader in batches (one
 // Raft command per node per interval, cumulative per lease, so a retried
 // or reordered report counts once) and tops the escrow up ahead of need.
 //
@@ -69,8 +67,6 @@ type BudgetHolder struct {
 	lastPoll   time.Time
 	shortRetry bool // a waiter went unserved by the last sync: retry soon
 }
-
-var _ route.BudgetGate = (*BudgetHolder)(nil)
 
 type localLease struct {
 	tenant, period string
@@ -125,12 +121,9 @@ func (h *BudgetHolder) SetRecalls(f func(context.Context) ([]string, error)) {
 	h.recalls = f
 }
 
-// noHold settles nothing: the tenant has no budget.
-type noHold struct{}
-
-func (noHold) Settle(float64) {}
-
-type escrowHold struct {
+// Hold is one reservation of a tenant's budget, out of a lease's escrow.
+// The hold of a tenant without a budget (a zero Hold) settles nothing.
+type Hold struct {
 	h     *BudgetHolder
 	l     *localLease
 	upper Nanos
@@ -138,8 +131,11 @@ type escrowHold struct {
 
 // Settle replaces the reservation by the actual cost. What it frees may
 // serve a waiting request; a lease in exact mode gives it back at once.
-func (e *escrowHold) Settle(usd float64) {
+func (e *Hold) Settle(usd float64) {
 	h := e.h
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	e.l.inflight -= e.upper
 	e.l.spent += RoundNanos(usd)

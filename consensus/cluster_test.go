@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/route"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 
 	"github.com/hashicorp/raft"
@@ -372,14 +371,14 @@ func TestIdleEscrowFlowsToTheNodeThatNeedsIt(t *testing.T) {
 	loops.Go(func() { b.Run(ctx) })
 	wait.For(t, 10*time.Second, "b to sync", func() bool { return b.Ready() })
 	const upper = 0.00002
-	if _, err := b.TryReserve("tiny", upper, time.Now()); err == nil || errors.Is(err, route.ErrBudgetExceeded) {
+	if _, err := b.TryReserve("tiny", upper, time.Now()); err == nil || errors.Is(err, ErrBudgetExceeded) {
 		t.Fatalf("b reserved with a's escrow out, or was told the budget is spent: %v", err)
 	}
 	skewA.Store(int64(2 * parkAfter)) // a has been idle long enough
-	var hold route.BudgetHold
+	var hold *Hold
 	wait.For(t, 10*time.Second, "b to get escrow a gave back", func() bool {
 		h, err := b.TryReserve("tiny", upper, time.Now())
-		if errors.Is(err, route.ErrBudgetExceeded) {
+		if errors.Is(err, ErrBudgetExceeded) {
 			t.Fatalf("b was told the budget is spent: %v", err)
 		}
 		hold = h

@@ -10,6 +10,8 @@
 // randomness, no map order in its outputs; time comes in each command,
 // stamped by the leader. The raft.FSM is a thin adapter over it.
 //
-// consensus imports proto/ and route/ types; it must not import gossip/ or
-// node/. node/ wires it to the membership.
+// consensus imports proto/ and region/ only: it returns its own errors
+// (ErrBudgetExceeded, *RetryAfterError) and takes plain capacities
+// (RateCapacity). node/ adapts its holders to route/'s gates and wires it
+// to the membership.
 package consensus

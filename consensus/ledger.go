@@ -2,7 +2,6 @@ package consensus
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -214,13 +213,6 @@ type Result struct {
 	Sync      *SyncResult `json:"sync,omitempty"`
 	Rates     []RateGrant `json:"rates,omitempty"`
 }
-
-// Errors a command can fail with.
-var (
-	ErrUnknownCommand = errors.New("unknown command type")
-	ErrNoTenant       = errors.New("no such tenant")
-	ErrInvalid        = errors.New("invalid command")
-)
 
 // Apply applies cmd and returns its result. Unknown command types are an
 // error result (a newer leader's command an older replica cannot read

@@ -6,13 +6,12 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/llmesh/llmesh/route"
 )
 
 // RateHolder is a node's share of each rate-limited provider's mesh-wide
 // capacity, leased from the leader and renewed in the background; the
-// request path only reads and counts it (route.QuotaGate). A request is
+// request path only reads and counts it (its Allow, Take and Return are
+// the quota gate node/ plugs into route's planner). A request is
 // admitted while what the node sent the provider in the last minute stays
 // under its share, in requests and in tokens.
 //
@@ -36,8 +35,6 @@ type RateHolder struct {
 	mu     sync.Mutex
 	shares map[string]*rateShare
 }
-
-var _ route.QuotaGate = (*RateHolder)(nil)
 
 type rateShare struct {
 	rpm, tpm  float64
@@ -68,15 +65,15 @@ type tokenRec struct {
 	n  float64
 }
 
-// NewRateHolder returns a holder for providers with configured limits.
-// renew asks the leader for shares; nodes counts the mesh.
-func NewRateHolder(node string, providers []*route.Provider, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int, noVoters func() bool) *RateHolder {
+// NewRateHolder returns a holder for the providers of caps that have a
+// limit. renew asks the leader for shares; nodes counts the mesh.
+func NewRateHolder(node string, caps []RateCapacity, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int, noVoters func() bool) *RateHolder {
 	h := &RateHolder{node: node, caps: map[string][2]float64{}, renew: renew, nodes: nodes, noVoters: noVoters,
 		window: time.Minute + RateSlack, now: time.Now, shares: map[string]*rateShare{}}
-	for _, p := range providers {
-		if p.RPM > 0 || p.TPM > 0 {
-			h.caps[p.Name] = [2]float64{float64(p.RPM), float64(p.TPM)}
-			h.shares[p.Name] = &rateShare{}
+	for _, c := range caps {
+		if c.RPM > 0 || c.TPM > 0 {
+			h.caps[c.Provider] = [2]float64{float64(c.RPM), float64(c.TPM)}
+			h.shares[c.Provider] = &rateShare{}
 		}
 	}
 	return h
@@ -149,12 +146,13 @@ func (h *RateHolder) check(provider string, tokens int, now time.Time, take, dem
 	return true, 0
 }
 
-// Allow implements route.QuotaGate.
+// Allow reports whether an attempt costing tokens fits the share now
+// and, if not, how long until it could. It takes nothing.
 func (h *RateHolder) Allow(provider string, tokens int, now time.Time) (bool, time.Duration) {
 	return h.check(provider, tokens, now, false, true)
 }
 
-// Take implements route.QuotaGate.
+// Take counts one request and tokens against the share if both fit.
 func (h *RateHolder) Take(provider string, tokens int, now time.Time) (bool, time.Duration) {
 	return h.check(provider, tokens, now, true, true)
 }
@@ -173,7 +171,7 @@ func (h *RateHolder) TakeSpilled(provider string, tokens int, now time.Time) (bo
 	return h.check(provider, tokens, now, true, false)
 }
 
-// Return implements route.QuotaGate: tokens estimated but not used are
+// Return gives back tokens taken but not used: they are
 // taken off the newest entry (a negative count adds what was used beyond
 // the estimate).
 func (h *RateHolder) Return(provider string, tokens int, now time.Time) {
@@ -289,22 +287,22 @@ func (h *RateHolder) Ready() bool {
 	return h.renewed || len(h.caps) == 0 || h.noVoters()
 }
 
-// SetProviders follows a reload of the providers: shares of providers
+// SetCapacities follows a reload of the providers' limits: shares of providers
 // still limited are kept, new ones start empty until the next renewal
 // (within the leader's refresh interval, a few seconds), those no longer
 // limited are dropped.
-func (h *RateHolder) SetProviders(providers []*route.Provider) {
+func (h *RateHolder) SetCapacities(limits []RateCapacity) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	caps := map[string][2]float64{}
 	shares := map[string]*rateShare{}
-	for _, p := range providers {
-		if p.RPM > 0 || p.TPM > 0 {
-			caps[p.Name] = [2]float64{float64(p.RPM), float64(p.TPM)}
-			if s := h.shares[p.Name]; s != nil {
-				shares[p.Name] = s
+	for _, c := range limits {
+		if c.RPM > 0 || c.TPM > 0 {
+			caps[c.Provider] = [2]float64{float64(c.RPM), float64(c.TPM)}
+			if s := h.shares[c.Provider]; s != nil {
+				shares[c.Provider] = s
 			} else {
-				shares[p.Name] = &rateShare{}
+				shares[c.Provider] = &rateShare{}
 			}
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/llmesh/llmesh/route"
 )
 
 // rateLedger is a ledger holding provider p's capacity.
@@ -55,7 +53,7 @@ func TestRateSharesNeverExceedCapacity(t *testing.T) {
 	const capacity = 600
 	clock := time.Unix(1_000_000, 0)
 	l := rateLedger(t, capacity, 0)
-	providers := []*route.Provider{{Name: "p", RPM: capacity}}
+	providers := []RateCapacity{{Provider: "p", RPM: capacity}}
 	holders := make([]*RateHolder, 3)
 	boots := []int64{1, 1, 1}
 	start := func(i int) {
@@ -268,7 +266,7 @@ func TestOldRateHandoverRecordApplies(t *testing.T) {
 // is refused.
 func TestRateHolderWithoutLease(t *testing.T) {
 	now := time.Unix(100, 0)
-	providers := []*route.Provider{{Name: "p", RPM: 600, TPM: 1000}}
+	providers := []RateCapacity{{Provider: "p", RPM: 600, TPM: 1000}}
 	noVoters := false
 	h := NewRateHolder("n", providers, nil, func() int { return 3 }, func() bool { return noVoters })
 	if ok, _ := h.Allow("p", 1, now); ok {

@@ -21,13 +21,6 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
-// Errors of the consensus layer.
-var (
-	ErrNotLeader = errors.New("not the Raft leader")
-	ErrNoLeader  = errors.New("no Raft leader is known")
-	ErrStopped   = errors.New("the ledger is shutting down")
-)
-
 // VoterInfo is one voter as the membership knows it.
 type VoterInfo struct {
 	ID       string // node name, the Raft server ID

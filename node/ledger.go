@@ -94,7 +94,7 @@ func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning Ledger
 		err = json.Unmarshal(b, &tenants)
 		return tenants, err
 	})
-	l.rates = consensus.NewRateHolder(s.Name, catalog.Providers(), l.client.Rates, func() int {
+	l.rates = consensus.NewRateHolder(s.Name, rateCapacities(catalog.Providers()), l.client.Rates, func() int {
 		if n.mesh == nil {
 			return 1
 		}

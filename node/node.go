@@ -202,7 +202,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 			return nil, err
 		}
 		n.ledger = l
-		quota, budget = l.rates, l.budgets
+		quota, budget = l.rates, budgetGate{l.budgets}
 		opts.Registry.MustRegister(&ledgerCollector{n: n})
 	}
 	n.replicas = route.NewTracker(s.Health, route.TrackerHooks{

@@ -50,7 +50,7 @@ func (n *Node) Reload(cfg *Config) error {
 	case *route.Limiter:
 		q.SetProviders(catalog.Providers())
 	case *consensus.RateHolder:
-		q.SetProviders(catalog.Providers())
+		q.SetCapacities(rateCapacities(catalog.Providers()))
 	}
 	n.rt.Store(&routing{catalog: catalog, planner: &p})
 	n.cfg = cfg

@@ -277,7 +277,7 @@ func (w *world) build() error {
 			n.planner = &route.Planner{Self: n.name, Region: r.Name, Catalog: n.catalog, Health: n.tracker, Policy: policy,
 				Regions: w.regions, Mesh: meshView{w: w, from: r.Name}}
 			if w.alloc != nil {
-				n.rates = consensus.NewRateHolder(n.name, n.catalog.Providers(), w.renewRates(n),
+				n.rates = consensus.NewRateHolder(n.name, rateCapacities(n.catalog.Providers()), w.renewRates(n),
 					func() int { return len(w.nodes) }, func() bool { return false })
 				n.rates.Drive(w.clock)
 				n.planner.Quota = n.rates
@@ -535,7 +535,7 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 		if budgeted {
 			n.touched = true
 			h, err := n.budget.TryReserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
-			var retry *route.RetryAfterError
+			var retry *consensus.RetryAfterError
 			if errors.As(err, &retry) {
 				// The holder kicks its sync loop, which asks the leader at
 				// once: a Raft round trip, here immediate. Once.
@@ -543,7 +543,7 @@ func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 				h, err = n.budget.TryReserve(s.tenant.Name, t.MaxCost, w.clock().Add(elapsed))
 			}
 			switch {
-			case errors.Is(err, route.ErrBudgetExceeded):
+			case errors.Is(err, consensus.ErrBudgetExceeded):
 				w.res.BudgetRefused++
 				return
 			case err != nil:
