@@ -71,7 +71,7 @@ func TestImportCheckerReportsUnlistedImport(t *testing.T) {
 		{Path: "c", Doc: "c", Imports: []string{"a"}}, // not listed
 		{Path: "c/d", Doc: "d", Imports: []string{"c"}},
 		{Path: "cmd", Doc: "cmd", Imports: []string{"a", "b", "c/d"}},
-		{Path: "e", Doc: "e"},           // no row
+		{Path: "e", Doc: "e"},            // no row
 		{Path: "z", Imports: []string{}}, // no row, no doc
 	}
 	problems, absent := checkImports(table, pkgs)
