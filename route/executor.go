@@ -1,17 +1,13 @@
 package route
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -210,173 +206,167 @@ func (e *Executor) Close() { e.client.CloseIdleConnections() }
 // providers and statuses only: what a provider said in an error body can
 // hold internal names, so it goes to Result.Attempts, never the client.
 func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink ResponseSink) (*Result, error) {
-	res := &Result{}
-	var failed []string
-	var lastErr error
-	var rateWait time.Duration
-	farLimited := false // a node forwarded to answered 429
-	attempts := 0
+	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink, res: &Result{}}
 	for i := range plan.Targets {
-		if attempts >= e.cfg.MaxAttempts {
+		if r.attempts >= e.cfg.MaxAttempts {
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			res.ClientGone = true
-			return res, err
+			r.res.ClientGone = true
+			return r.res, err
 		}
-		t := &plan.Targets[i]
-		// The invariant, re-checked right before every call: whatever
-		// made the plan, a target that breaks it is never tried.
-		if err := e.guard.Check(req, t); err != nil {
-			res.Attempts = append(res.Attempts, Attempt{Provider: t.Provider(), Outcome: OutcomeBlocked, Detail: err.Error()})
-			if e.observer != nil {
-				e.observer.Attempt(t.Provider(), OutcomeBlocked, 0)
-			}
-			if lastErr == nil {
-				lastErr = err
-			}
-			continue
+		c := &call{run: r, t: &plan.Targets[i]}
+		if done, err := c.try(i); done {
+			return r.res, err
 		}
-		if t.Via != "" {
-			if e.forwarder == nil {
-				continue
-			}
-			attempts++
-			res.plan, res.chosen, res.failed = plan, i, failed
-			a := e.forward(ctx, req, t, sink, res)
-			if a.gone {
-				attempts-- // a stale plan's target: not tried
-				continue
-			}
-			if done, err := e.finish(ctx, req, t, a, res); done {
-				return res, err
-			}
-			if a.Outcome == OutcomeRateLimited {
-				rateWait = minPositive(rateWait, a.retryAfter)
-				// The far node waited for its escrow or share itself:
-				// its 429 is its answer, not one to wait out again here.
-				farLimited = true
-			}
-			failed = append(failed, t.Provider()+" via "+t.Via+" ("+a.short()+")")
-			switch {
-			case a.unavailable == nil:
-				lastErr = ErrUpstream
-			case lastErr == nil || !errors.Is(lastErr, ErrUpstream):
-				// The far node had nothing to try: unless some provider
-				// failed, that is the answer.
-				lastErr = a.unavailable
-			}
-			continue
-		}
-		now := e.now()
-		// Budget first: a request waiting for escrow holds no provider's
-		// admission (a half-open probe's among them) while it waits.
-		var hold BudgetHold
-		if e.budget != nil {
-			h, err := e.budget.Reserve(ctx, req.Tenant, t.MaxCost, req.Priority, req.AdmitBy, now)
-			if waited := e.now().Sub(now); waited > 0 {
-				res.AdmissionWait += waited
-				now = e.now()
-			}
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			hold = h
-		}
-		adm, ok := e.tracker.Acquire(t.Provider(), now)
-		if !ok {
-			if hold != nil {
-				hold.Settle(0)
-			}
-			continue // ejected or cooled down since planning
-		}
-		var radm Admission
-		ring := t.Offer.Provider.Ring
-		if ring != nil && e.replicas != nil {
-			if radm, ok = e.replicas.Acquire(t.Offer.Provider.ReplicaKey(t.Replica), now); !ok {
-				e.tracker.Release(adm)
-				if hold != nil {
-					hold.Settle(0)
-				}
-				continue // this replica is ejected; the next target is another
-			}
-		}
-		release := func() {
-			e.tracker.Release(adm)
-			if radm.provider != "" {
-				e.replicas.Release(radm)
-			}
-		}
-		if e.quota != nil {
-			take := e.quota.Take
-			if st, ok := e.quota.(spillTaker); ok && req.Spilled && t.Provider() == req.Hint {
-				take = st.TakeSpilled
-			}
-			if ok, wait := take(t.Provider(), t.Tokens, now); !ok {
-				release()
-				if hold != nil {
-					hold.Settle(0)
-				}
-				rateWait = minPositive(rateWait, wait)
-				continue
-			}
-		}
-		attempts++
-		res.plan, res.chosen, res.failed = plan, i, failed
-		if ring != nil {
-			ring.Acquire(t.Replica)
-		}
-		a := e.attempt(ctx, req, t, sink, res)
-		if ring != nil {
-			ring.Release(t.Replica)
-		}
-		if wait := e.settle(t, adm, radm, a, hold, res); wait > 0 {
-			rateWait = minPositive(rateWait, wait)
-		}
-		if a.committed {
-			res.Provider = t.Provider()
-			if ring != nil {
-				res.Replica = ReplicaName(t.Endpoint())
-				ring.Seat(req.Session, t.Replica, e.now())
-			}
-		}
-		if done, err := e.finish(ctx, req, t, a, res); done {
-			return res, err
-		}
-		failed = append(failed, t.Provider()+" ("+a.short()+")")
-		lastErr = ErrUpstream
 	}
-	switch {
-	case lastErr == nil && rateWait > 0,
-		attempts > 0 && allRateLimited(res.Attempts):
-		return res, &RetryAfterError{After: max(rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: !farLimited}
-	case lastErr == nil:
-		return res, fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
-	case errors.Is(lastErr, ErrUpstream):
-		return res, fmt.Errorf("%w: %s failed: %s", ErrUpstream, plural(len(failed), "provider", "providers"), strings.Join(failed, "; "))
-	}
-	return res, lastErr
+	return r.res, r.verdict()
 }
 
-// spillTaker is a QuotaGate that can take for a request a peer spilled
-// here without counting it as this node's demand.
-type spillTaker interface {
-	TakeSpilled(provider string, tokens int, now time.Time) (bool, time.Duration)
+// run is one Execute: the request, its plan and sink, and what the
+// attempts so far leave to decide by.
+type run struct {
+	e          *Executor
+	ctx        context.Context
+	req        *Request
+	plan       *Plan
+	sink       ResponseSink
+	res        *Result
+	failed     []string // the targets that failed, for the explanation and the error
+	lastErr    error
+	rateWait   time.Duration // the shortest wait a rate limit named
+	farLimited bool          // a node forwarded to answered 429
+	attempts   int
+}
+
+// call is one attempt of one target: the state its admission, the call,
+// relay, whole, forward and settling share.
+type call struct {
+	*run
+	t        *Target
+	tk       Ticket
+	a        attemptResult
+	start    time.Time
+	timer    *time.Timer // the phase's timeout: first byte, whole answer or idle gap
+	timedOut atomic.Bool
+}
+
+// try admits plan.Targets[i] and, admitted, tries it; done says the
+// request is over, with the error to return.
+func (c *call) try(i int) (done bool, err error) {
+	if rf := c.e.admit(c.ctx, c.req, c.t, &c.tk); rf != nil {
+		c.refused(rf)
+		return false, nil
+	}
+	if c.t.Via != "" {
+		return c.tryVia(i)
+	}
+	c.res.AdmissionWait += c.tk.Waited
+	c.attempts++
+	c.res.plan, c.res.chosen, c.res.failed = c.plan, i, c.failed
+	a := c.attempt()
+	s := c.tk.Settle(a.report())
+	if s.Cooldown > 0 {
+		c.rateWait = minPositive(c.rateWait, s.Cooldown)
+	}
+	if a.committed {
+		c.res.Usage, c.res.UsageCounted, c.res.Cost = s.Usage, a.counted, s.Cost
+		c.res.Provider = c.t.Provider()
+		if c.tk.ring != nil {
+			c.res.Replica = ReplicaName(c.t.Endpoint())
+			c.tk.Seat(c.req.Session)
+		}
+	}
+	if done, err := c.finish(a); done {
+		return true, err
+	}
+	c.failed = append(c.failed, c.t.Provider()+" ("+a.short()+")")
+	c.lastErr = ErrUpstream
+	return false, nil
+}
+
+// refused records what an admission refusal leaves to decide by: a
+// guard's refusal is an attempt blocked, a budget's the error to return
+// unless a later target is admitted, a quota's a wait to name.
+func (c *call) refused(rf *Refusal) {
+	c.res.AdmissionWait += rf.Waited
+	switch rf.Stage {
+	case StageGuard:
+		c.res.Attempts = append(c.res.Attempts, Attempt{Provider: c.t.Provider(), Outcome: OutcomeBlocked, Detail: rf.Err.Error()})
+		if c.e.observer != nil {
+			c.e.observer.Attempt(c.t.Provider(), OutcomeBlocked, 0)
+		}
+		if c.lastErr == nil {
+			c.lastErr = rf.Err
+		}
+	case StageBudget:
+		c.lastErr = rf.Err
+	case StageQuota:
+		c.rateWait = minPositive(c.rateWait, rf.Wait)
+	}
+	// Health and replica: ejected or cooled down since planning.
+}
+
+// tryVia forwards an admitted target to its via node.
+func (c *call) tryVia(i int) (bool, error) {
+	if c.e.forwarder == nil {
+		return false, nil
+	}
+	c.attempts++
+	c.res.plan, c.res.chosen, c.res.failed = c.plan, i, c.failed
+	a := c.forward()
+	if a.gone {
+		c.attempts-- // a stale plan's target: not tried
+		return false, nil
+	}
+	if done, err := c.finish(a); done {
+		return true, err
+	}
+	if a.Outcome == OutcomeRateLimited {
+		c.rateWait = minPositive(c.rateWait, a.retryAfter)
+		// The far node waited for its escrow or share itself: its 429
+		// is its answer, not one to wait out again here.
+		c.farLimited = true
+	}
+	c.failed = append(c.failed, c.t.Provider()+" via "+c.t.Via+" ("+a.short()+")")
+	switch {
+	case a.unavailable == nil:
+		c.lastErr = ErrUpstream
+	case c.lastErr == nil || !errors.Is(c.lastErr, ErrUpstream):
+		// The far node had nothing to try: unless some provider failed,
+		// that is the answer.
+		c.lastErr = a.unavailable
+	}
+	return false, nil
+}
+
+// verdict is the error of a request no target answered.
+func (r *run) verdict() error {
+	switch {
+	case r.lastErr == nil && r.rateWait > 0,
+		r.attempts > 0 && allRateLimited(r.res.Attempts):
+		return &RetryAfterError{After: max(r.rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: !r.farLimited}
+	case r.lastErr == nil:
+		return fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
+	case errors.Is(r.lastErr, ErrUpstream):
+		return fmt.Errorf("%w: %s failed: %s", ErrUpstream, plural(len(r.failed), "provider", "providers"), strings.Join(r.failed, "; "))
+	}
+	return r.lastErr
 }
 
 // finish records an attempt and reports whether the request is done,
 // with the error to return: it is when the answer reached the client,
 // the client went away, or the request itself was refused.
-func (e *Executor) finish(ctx context.Context, req *Request, t *Target, a *attemptResult, res *Result) (bool, error) {
+func (c *call) finish(a *attemptResult) (bool, error) {
+	res := c.res
 	res.Attempts = append(res.Attempts, a.Attempt)
-	if e.observer != nil {
-		e.observer.Attempt(t.Provider(), a.Outcome, a.Duration)
+	if c.e.observer != nil {
+		c.e.observer.Attempt(c.t.Provider(), a.Outcome, a.Duration)
 	}
 	if a.committed {
-		res.Target = t
-		if e.affinity != nil && req.Session != "" && a.Outcome != OutcomeCanceled {
-			e.affinity.Remember(req.Session, res.Provider)
+		res.Target = c.t
+		if c.e.affinity != nil && c.req.Session != "" && a.Outcome != OutcomeCanceled {
+			c.e.affinity.Remember(c.req.Session, res.Provider)
 		}
 	}
 	switch {
@@ -385,7 +375,7 @@ func (e *Executor) finish(ctx context.Context, req *Request, t *Target, a *attem
 		if a.committed {
 			return true, nil
 		}
-		return true, ctx.Err()
+		return true, c.ctx.Err()
 	case a.committed:
 		return true, nil
 	case a.final != nil:
@@ -441,6 +431,12 @@ type attemptResult struct {
 	unavailable error
 }
 
+// report is what the attempt's ticket settles.
+func (a *attemptResult) report() Report {
+	return Report{Outcome: a.Outcome, RetryAfter: a.retryAfter, TTFT: a.ttft, Total: a.total,
+		Answered: a.answered, Known: a.known, Usage: a.usage}
+}
+
 func (a *attemptResult) short() string {
 	if a.Status != 0 && a.Status != http.StatusOK {
 		return strconv.Itoa(a.Status)
@@ -448,233 +444,11 @@ func (a *attemptResult) short() string {
 	return string(a.Outcome)
 }
 
-func (e *Executor) fail(a *attemptResult, o Outcome, format string, args ...any) *attemptResult {
-	a.Outcome = o
-	a.Detail = e.redactor.Redact(fmt.Sprintf(format, args...))
-	return a
-}
-
-// settle reports the attempt to the tracker, gives back unused rate and
-// budget, and accounts what was used. An answer the provider accepted but
-// whose usage is unknown is charged at the attempt's upper bound: the
-// provider may bill for it, and a budget must never be overspent. It
-// returns the cooldown a 429 imposed.
-func (e *Executor) settle(t *Target, adm, radm Admission, a *attemptResult, hold BudgetHold, res *Result) time.Duration {
-	now := e.now()
-	var cooldown time.Duration
-	report := func(tr *Tracker, ad Admission) time.Duration {
-		switch a.Outcome {
-		case OutcomeOK:
-			tr.Success(ad, a.ttft, a.total)
-		case OutcomeRateLimited:
-			return tr.RateLimited(ad, a.retryAfter, now)
-		case OutcomeRefused, OutcomeTooLarge, OutcomeCanceled:
-			tr.Release(ad)
-		default:
-			tr.Failure(ad, now)
-		}
-		return 0
-	}
-	if a.Outcome == OutcomeRateLimited {
-		// The provider's own 429 (this node called it): the mesh-wide
-		// share handed out shrinks. A peer's refusal of a forward is
-		// not one, and never gets here.
-		if rl, ok := e.quota.(interface{ RateLimited(provider string) }); ok {
-			rl.RateLimited(t.Provider())
-		}
-	}
-	if radm.provider == "" {
-		cooldown = report(e.tracker, adm)
-	} else {
-		// A replica's 429 cools that replica down, not its siblings; its
-		// failures count against both (the provider's only when they run
-		// on, which failing over to siblings interrupts).
-		cooldown = report(e.replicas, radm)
-		if a.Outcome == OutcomeRateLimited {
-			e.tracker.Release(adm)
-		} else {
-			report(e.tracker, adm)
-		}
-	}
-	u := Usage{PromptTokens: max(a.usage.PromptTokens, 0), CompletionTokens: max(a.usage.CompletionTokens, 0)}
-	cost := t.Offer.Model.Cost(u.PromptTokens, u.CompletionTokens)
-	used := u.PromptTokens + u.CompletionTokens
-	if a.answered && !a.known {
-		cost, used = t.MaxCost, t.Tokens
-	}
-	if !a.answered {
-		cost, used = 0, 0
-	}
-	if e.quota != nil && used != t.Tokens {
-		e.quota.Return(t.Provider(), t.Tokens-used, now)
-	}
-	if hold != nil {
-		hold.Settle(cost)
-	}
-	if a.committed {
-		res.Usage, res.UsageCounted, res.Cost = u, a.counted, cost
-	}
-	return cooldown
-}
-
-// attempt calls one target and, if it answers, relays the answer.
-func (e *Executor) attempt(ctx context.Context, req *Request, t *Target, sink ResponseSink, res *Result) *attemptResult {
-	a := &attemptResult{Attempt: Attempt{Provider: t.Provider()}}
-	start := e.now()
-	defer func() { a.Duration = e.now().Sub(start) }()
-
-	// One timer enforces each phase: the first byte (or, unstreamed, the
-	// whole answer), then the gap between events.
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var timedOut atomic.Bool
-	phase := e.cfg.ResponseTimeout
-	if req.Chat.Stream {
-		phase = e.cfg.FirstByteTimeout
-	}
-	timer := time.AfterFunc(phase, func() { timedOut.Store(true); cancel() })
-	defer timer.Stop()
-	readErr := func(err error, what string) *attemptResult {
-		switch {
-		case ctx.Err() != nil:
-			return e.fail(a, OutcomeCanceled, "client went away")
-		case timedOut.Load():
-			return e.fail(a, OutcomeTimeout, "%s: timed out", what)
-		}
-		return e.fail(a, OutcomeConnect, "%s: %v", what, cleanErr(err))
-	}
-
-	body := req.Chat.UpstreamBody(t.Offer.UpstreamModel())
-	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, t.Endpoint(), bytes.NewReader(body))
-	if err != nil {
-		return e.fail(a, OutcomeConnect, "build request: %v", err)
-	}
-	hreq.Header["Content-Type"] = []string{"application/json"}
-	hreq.Header["User-Agent"] = []string{e.cfg.UserAgent}
-	if req.Chat.Stream {
-		hreq.Header["Accept"] = []string{"text/event-stream"}
-	} else {
-		hreq.Header["Accept"] = []string{"application/json"}
-	}
-	if req.TraceParent != "" {
-		hreq.Header["Traceparent"] = []string{req.TraceParent}
-		if req.TraceState != "" {
-			hreq.Header["Tracestate"] = []string{req.TraceState}
-		}
-	}
-	setAuth(hreq.Header, t.Offer.Provider)
-	resp, err := e.client.Do(hreq)
-	if err != nil {
-		return readErr(err, "request")
-	}
-	defer resp.Body.Close()
-	a.Status = resp.StatusCode
-	e.noteRateWindow(t.Provider(), resp.Header)
-	switch code := resp.StatusCode; {
-	case code == http.StatusOK:
-		a.answered = true
-	case code == http.StatusTooManyRequests:
-		a.retryAfter = retryAfter(resp.Header, e.now())
-		return e.fail(a, OutcomeRateLimited, "429: %s", snippet(resp.Body, 256))
-	case code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge || code == http.StatusUnprocessableEntity:
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		a.final = &UpstreamReply{Provider: t.Provider(), Status: code, Header: resp.Header, Body: b}
-		return e.fail(a, OutcomeRefused, "%d", code)
-	default:
-		return e.fail(a, OutcomeHTTPError, "%d: %s", code, snippet(resp.Body, 256))
-	}
-	if req.Chat.Stream {
-		return e.relay(req, t, resp, sink, res, a, start, timer, readErr)
-	}
-	return e.whole(req, t, resp, sink, res, a, start, readErr)
-}
-
-// noteRateWindow records the provider's own count of what is left of its
-// rate window, when it sends one.
-func (e *Executor) noteRateWindow(provider string, h http.Header) {
-	req, rok := headerInt(h, "X-Ratelimit-Remaining-Requests")
-	tok, tok2 := headerInt(h, "X-Ratelimit-Remaining-Tokens")
-	if rok || tok2 {
-		e.tracker.RateWindow(provider, req, tok)
-	}
-}
-
-func headerInt(h http.Header, key string) (int64, bool) {
-	v := h[key]
-	if len(v) == 0 {
-		return -1, false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
-	if err != nil || n < 0 {
-		return -1, false
-	}
-	return n, true
-}
-
-// respBuffers recycles the buffers that hold non-streamed answers.
-var respBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// whole reads a non-streamed answer, checks it, and writes it to sink.
-func (e *Executor) whole(req *Request, t *Target, resp *http.Response, sink ResponseSink, res *Result, a *attemptResult, start time.Time, readErr func(error, string) *attemptResult) *attemptResult {
-	buf := respBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer respBuffers.Put(buf)
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, e.cfg.MaxResponseBytes+1)); err != nil {
-		return readErr(err, "read answer")
-	}
-	if int64(buf.Len()) > e.cfg.MaxResponseBytes {
-		// The request asked for more than the node relays (n × max_tokens,
-		// say); another provider would answer the same.
-		a.final = fmt.Errorf("%w: %s answered with more than the node's limit of %d bytes; ask for fewer or shorter choices",
-			ErrUpstream, t.Provider(), e.cfg.MaxResponseBytes)
-		return e.fail(a, OutcomeTooLarge, "answer larger than %d bytes", e.cfg.MaxResponseBytes)
-	}
-	var doc struct {
-		Choices []struct{} `json:"choices"`
-		Usage   *Usage     `json:"usage"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.Choices) == 0 {
-		return e.fail(a, OutcomeBadResponse, "answer is not a chat completion")
-	}
-	if doc.Usage != nil {
-		a.usage = *doc.Usage
-	} else {
-		a.usage, a.counted = e.countWhole(req, buf.Bytes()), true
-	}
-	a.known = true
-	a.total = e.now().Sub(start)
-	h := sink.Header()
-	setRouteHeaders(h, t, e.cfg.NodeName, res.Route())
-	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
-	sink.WriteHeader(http.StatusOK)
-	a.committed = true
-	a.Outcome = OutcomeOK
-	if _, err := sink.Write(buf.Bytes()); err != nil {
-		return e.fail(a, OutcomeCanceled, "write answer: %v", err)
-	}
-	return a
-}
-
-// countWhole counts the usage of an answer that reported none.
-func (e *Executor) countWhole(req *Request, answer []byte) Usage {
-	var doc struct {
-		Choices []struct {
-			Message struct {
-				Content   string     `json:"content"`
-				ToolCalls []ToolCall `json:"tool_calls"`
-			} `json:"message"`
-		} `json:"choices"`
-	}
-	_ = json.Unmarshal(answer, &doc)
-	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
-	for _, c := range doc.Choices {
-		u.CompletionTokens += e.tokens.Count(c.Message.Content)
-		for _, tc := range c.Message.ToolCalls {
-			u.CompletionTokens += e.tokens.Count(tc.Function.Name) + e.tokens.Count(tc.Function.Arguments)
-		}
-	}
-	return u
+// fail marks the attempt failed with outcome o, and returns it.
+func (c *call) fail(o Outcome, format string, args ...any) *attemptResult {
+	c.a.Outcome = o
+	c.a.Detail = c.e.redactor.Redact(fmt.Sprintf(format, args...))
+	return &c.a
 }
 
 // setRouteHeaders names the provider, replica and calling node, and the

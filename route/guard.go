@@ -104,8 +104,10 @@ type Forwarded struct {
 }
 
 // forward tries a target through its via node.
-func (e *Executor) forward(ctx context.Context, req *Request, t *Target, sink ResponseSink, res *Result) *attemptResult {
-	a := &attemptResult{Attempt: Attempt{Provider: t.Provider()}}
+func (c *call) forward() *attemptResult {
+	e, ctx, req, t, sink, res := c.e, c.ctx, c.req, c.t, c.sink, c.res
+	a := &c.a
+	a.Provider = t.Provider()
 	start := e.now()
 	f := e.forwarder.Forward(ctx, req, t, res.Route(), sink)
 	if f.Gone {
@@ -122,18 +124,18 @@ func (e *Executor) forward(ctx context.Context, req *Request, t *Target, sink Re
 		res.Replica = f.Header.Get("X-Llmesh-Replica")
 		switch {
 		case f.ClientGone:
-			return e.fail(a, OutcomeCanceled, "client went away")
+			return c.fail(OutcomeCanceled, "client went away")
 		case f.Truncated:
-			return e.fail(a, OutcomeBroken, "via %s: the answer broke off: %v", t.Via, f.Err)
+			return c.fail(OutcomeBroken, "via %s: the answer broke off: %v", t.Via, f.Err)
 		}
 		a.Outcome = OutcomeOK
 		return a
 	case ctx.Err() != nil:
-		return e.fail(a, OutcomeCanceled, "client went away")
+		return c.fail(OutcomeCanceled, "client went away")
 	case f.Err != nil && f.Timeout:
-		return e.fail(a, OutcomeTimeout, "via %s: %v", t.Via, f.Err)
+		return c.fail(OutcomeTimeout, "via %s: %v", t.Via, f.Err)
 	case f.Err != nil:
-		return e.fail(a, OutcomeConnect, "via %s: %v", t.Via, f.Err)
+		return c.fail(OutcomeConnect, "via %s: %v", t.Via, f.Err)
 	}
 	// The far node refused before answering. What is wrong with the
 	// request or the tenant is wrong everywhere: the client sees it as
@@ -142,10 +144,10 @@ func (e *Executor) forward(ctx context.Context, req *Request, t *Target, sink Re
 	switch f.Status {
 	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		a.final = &UpstreamReply{Provider: t.Provider(), Status: f.Status, Header: f.Header, Body: f.Body}
-		return e.fail(a, OutcomeRefused, "via %s: %d %s", t.Via, f.Status, f.Code)
+		return c.fail(OutcomeRefused, "via %s: %d %s", t.Via, f.Status, f.Code)
 	case http.StatusTooManyRequests:
 		a.retryAfter = retryAfter(f.Header, e.now())
-		return e.fail(a, OutcomeRateLimited, "via %s: 429 %s", t.Via, f.Code)
+		return c.fail(OutcomeRateLimited, "via %s: 429 %s", t.Via, f.Code)
 	}
 	switch f.Code {
 	case "no_compliant_provider":
@@ -153,5 +155,5 @@ func (e *Executor) forward(ctx context.Context, req *Request, t *Target, sink Re
 	case "no_provider_available":
 		a.unavailable = fmt.Errorf("%w: node %s has no provider available", ErrNoProvider, t.Via)
 	}
-	return e.fail(a, OutcomeHTTPError, "via %s: %d %s", t.Via, f.Status, f.Code)
+	return c.fail(OutcomeHTTPError, "via %s: %d %s", t.Via, f.Status, f.Code)
 }

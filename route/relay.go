@@ -27,177 +27,213 @@ const maxCountedStream = 16 << 10
 // relayState is reused across streams: it holds the event reader and its
 // buffer, the write buffer and the copy of a stream's events kept for
 // counting. A fresh read buffer per stream was a third of all the bytes a
-// stream allocated.
+// stream allocated. The rest is one stream's progress.
 type relayState struct {
 	rd   sseReader
 	out  []byte
 	kept []byte
+
+	finished    int // choices that reported a finish_reason
+	sawUsage    bool
+	sawDone     bool
+	sawErrEvent bool // the provider's own error event was relayed
+	beyond      int  // bytes of the events past what is kept for counting
+	streamErr   *attemptResult
 }
 
 var relayStates = sync.Pool{New: func() any {
 	return &relayState{rd: sseReader{br: bufio.NewReaderSize(nil, sseBufferSize)}, out: make([]byte, 0, 4<<10)}
 }}
 
+// put returns st to the pool, emptied.
+func (st *relayState) put() {
+	st.rd.reset(nil, 0)
+	if cap(st.out) > 64<<10 { // after an unusually large event
+		st.out = make([]byte, 0, 4<<10)
+	}
+	*st = relayState{rd: st.rd, out: st.out[:0], kept: st.kept[:0]}
+	relayStates.Put(st)
+}
+
 // relay copies a stream's events to sink as they arrive. The first data
 // event commits the response; before it, every failure is the caller's to
 // retry. Events that arrived together are written before one flush, and a
 // flush never waits for input that has not arrived.
-func (e *Executor) relay(req *Request, t *Target, resp *http.Response, sink ResponseSink, res *Result, a *attemptResult, start time.Time, timer *time.Timer, readErr func(error, string) *attemptResult) *attemptResult {
+func (c *call) relay(resp *http.Response) *attemptResult {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return e.fail(a, OutcomeBadResponse, "stream answered with Content-Type %q", ct)
+		return c.fail(OutcomeBadResponse, "stream answered with Content-Type %q", ct)
 	}
 	st := relayStates.Get().(*relayState)
-	defer func() {
-		st.rd.reset(nil, 0)
-		if cap(st.out) > 64<<10 { // after an unusually large event
-			st.out = make([]byte, 0, 4<<10)
-		}
-		st.out, st.kept = st.out[:0], st.kept[:0]
-		relayStates.Put(st)
-	}()
-	rd := &st.rd
-	rd.reset(resp.Body, e.cfg.MaxEventBytes)
-	var (
-		finished    int // choices that reported a finish_reason
-		sawUsage    bool
-		sawDone     bool
-		sawErrEvent bool // the provider's own error event was relayed
-		beyond      int  // bytes of the events past what is kept for counting
-		streamErr   *attemptResult
-	)
-	write := func(b []byte) bool {
-		if _, err := sink.Write(b); err != nil {
-			e.fail(a, OutcomeCanceled, "client write: %v", err)
-			return false
-		}
-		return true
-	}
-	var cutAt time.Time // when the stream has run for MaxStreamDuration
-	if e.cfg.MaxStreamDuration > 0 {
-		cutAt = start.Add(e.cfg.MaxStreamDuration)
-	}
-	for {
-		ev, err := rd.next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				streamErr = readErr(err, "read stream")
-			}
-			break
-		}
-		if a.committed && !cutAt.IsZero() && !e.now().Before(cutAt) {
-			streamErr = e.fail(a, OutcomeBroken, "the stream ran longer than %s (limits.max_stream_duration)", e.cfg.MaxStreamDuration)
-			break
-		}
-		if ev.Comment {
-			// A keep-alive keeps a flowing stream alive, but is not the
-			// first byte: before it, the first-byte timeout still runs.
-			if a.committed {
-				timer.Reset(e.cfg.StreamIdleTimeout)
-			}
-			continue
-		}
-		timer.Reset(e.cfg.StreamIdleTimeout)
-		if bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
-			sawDone = true
-			break
-		}
-		isError := bytes.HasPrefix(bytes.TrimLeft(ev.Data, " \t\r\n"), errorEventStart)
-		if isError && !a.committed {
-			return e.fail(a, OutcomeHTTPError, "error event before the first token: %.256s", ev.Data)
-		}
-		if !a.committed {
-			a.ttft = e.now().Sub(start)
-			res.TTFT = a.ttft
-			h := sink.Header()
-			setRouteHeaders(h, t, e.cfg.NodeName, res.Route())
-			h["Content-Type"] = []string{"text/event-stream; charset=utf-8"}
-			h["Cache-Control"] = []string{"no-cache"}
-			h["X-Accel-Buffering"] = []string{"no"}
-			sink.WriteHeader(http.StatusOK)
-			a.committed = true
-		}
-		skip := false
-		if u, ok := chunkUsage(ev.Data); ok {
-			a.usage, sawUsage = u, true
-			// Asked for by the node, not the client: keep it back.
-			skip = !req.Chat.IncludeUsage && isUsageOnly(ev.Data)
-		}
-		finished += countFinishes(ev.Data)
-		if !sawUsage {
-			// The kept events are the first ones (the first always, however
-			// large), so that the rest continue them.
-			if beyond == 0 && (len(st.kept) == 0 || len(st.kept)+len(ev.Data) < maxCountedStream) {
-				// NUL ends an event: valid JSON holds it nowhere, while an
-				// event of several data lines holds newlines.
-				st.kept = append(append(st.kept, ev.Data...), 0)
-			} else {
-				beyond += len(ev.Data) + 1
-			}
-		}
-		if !skip {
-			st.out = appendEvent(st.out[:0], ev.Data)
-			if !write(st.out) {
-				break
-			}
-		}
-		if isError {
-			sawErrEvent = true
-			streamErr = e.fail(a, OutcomeBroken, "error event mid-stream: %.256s", ev.Data)
-			break
-		}
-		if !rd.eventBuffered() {
-			if err := sink.Flush(); err != nil {
-				e.fail(a, OutcomeCanceled, "client flush: %v", err)
-				break
-			}
-		}
+	defer st.put()
+	st.rd.reset(resp.Body, c.e.cfg.MaxEventBytes)
+	if a := c.pump(st); a != nil {
+		return a
 	}
 	// Whatever happened, a committed stream is accounted: what the
 	// provider reported, else what the node counts of what it relayed.
+	a := &c.a
 	if a.committed {
 		a.known = true
-		if !sawUsage {
-			a.usage, a.counted = e.countStream(req, st.kept, beyond), true
+		if !st.sawUsage {
+			a.usage, a.counted = c.e.countStream(c.req, st.kept, st.beyond), true
 		}
 	}
 	if a.Outcome == OutcomeCanceled {
 		return a
 	}
-	complete := sawDone || (streamErr == nil && finished >= req.Chat.N)
+	return c.endStream(st, resp)
+}
+
+// pump relays events until the stream ends, breaks or the client goes.
+// It returns an attempt only for an error event before the first token;
+// otherwise how the stream ended is in st and c.a.
+func (c *call) pump(st *relayState) *attemptResult {
+	e, a := c.e, &c.a
+	var cutAt time.Time // when the stream has run for MaxStreamDuration
+	if e.cfg.MaxStreamDuration > 0 {
+		cutAt = c.start.Add(e.cfg.MaxStreamDuration)
+	}
+	for {
+		ev, err := st.rd.next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				st.streamErr = c.readErr(err, "read stream")
+			}
+			return nil
+		}
+		if a.committed && !cutAt.IsZero() && !e.now().Before(cutAt) {
+			st.streamErr = c.fail(OutcomeBroken, "the stream ran longer than %s (limits.max_stream_duration)", e.cfg.MaxStreamDuration)
+			return nil
+		}
+		if ev.Comment {
+			// A keep-alive keeps a flowing stream alive, but is not the
+			// first byte: before it, the first-byte timeout still runs.
+			if a.committed {
+				c.timer.Reset(e.cfg.StreamIdleTimeout)
+			}
+			continue
+		}
+		c.timer.Reset(e.cfg.StreamIdleTimeout)
+		if bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
+			st.sawDone = true
+			return nil
+		}
+		isError := bytes.HasPrefix(bytes.TrimLeft(ev.Data, " \t\r\n"), errorEventStart)
+		if isError && !a.committed {
+			return c.fail(OutcomeHTTPError, "error event before the first token: %.256s", ev.Data)
+		}
+		if !a.committed {
+			c.commitStream()
+		}
+		if !c.relayEvent(st, ev.Data, isError) {
+			return nil
+		}
+	}
+}
+
+// commitStream writes the stream's headers: the first byte.
+func (c *call) commitStream() {
+	c.a.ttft = c.e.now().Sub(c.start)
+	c.res.TTFT = c.a.ttft
+	h := c.sink.Header()
+	setRouteHeaders(h, c.t, c.e.cfg.NodeName, c.res.Route())
+	h["Content-Type"] = []string{"text/event-stream; charset=utf-8"}
+	h["Cache-Control"] = []string{"no-cache"}
+	h["X-Accel-Buffering"] = []string{"no"}
+	c.sink.WriteHeader(http.StatusOK)
+	c.a.committed = true
+}
+
+// relayEvent accounts one data event and writes it to the client; false
+// means the stream ends here.
+func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
+	skip := false
+	if u, ok := chunkUsage(data); ok {
+		c.a.usage, st.sawUsage = u, true
+		// Asked for by the node, not the client: keep it back.
+		skip = !c.req.Chat.IncludeUsage && isUsageOnly(data)
+	}
+	st.finished += countFinishes(data)
+	if !st.sawUsage {
+		// The kept events are the first ones (the first always, however
+		// large), so that the rest continue them.
+		if st.beyond == 0 && (len(st.kept) == 0 || len(st.kept)+len(data) < maxCountedStream) {
+			// NUL ends an event: valid JSON holds it nowhere, while an
+			// event of several data lines holds newlines.
+			st.kept = append(append(st.kept, data...), 0)
+		} else {
+			st.beyond += len(data) + 1
+		}
+	}
+	if !skip {
+		st.out = appendEvent(st.out[:0], data)
+		if !c.write(st.out) {
+			return false
+		}
+	}
+	if isError {
+		st.sawErrEvent = true
+		st.streamErr = c.fail(OutcomeBroken, "error event mid-stream: %.256s", data)
+		return false
+	}
+	if !st.rd.eventBuffered() {
+		if err := c.sink.Flush(); err != nil {
+			c.fail(OutcomeCanceled, "client flush: %v", err)
+			return false
+		}
+	}
+	return true
+}
+
+// write writes b to the client; false means the client is gone.
+func (c *call) write(b []byte) bool {
+	if _, err := c.sink.Write(b); err != nil {
+		c.fail(OutcomeCanceled, "client write: %v", err)
+		return false
+	}
+	return true
+}
+
+// endStream ends a stream the client is still reading: [DONE] after a
+// complete one, an error event after a broken one.
+func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
+	a := &c.a
+	complete := st.sawDone || (st.streamErr == nil && st.finished >= c.req.Chat.N)
 	switch {
-	case !a.committed && streamErr != nil:
-		return streamErr
+	case !a.committed && st.streamErr != nil:
+		return st.streamErr
 	case !a.committed:
-		return e.fail(a, OutcomeBadResponse, "stream ended before its first event")
+		return c.fail(OutcomeBadResponse, "stream ended before its first event")
 	case complete:
 		a.Outcome = OutcomeOK
-		if write(doneEvent) {
-			if err := sink.Flush(); err != nil {
-				e.fail(a, OutcomeCanceled, "client flush: %v", err)
+		if c.write(doneEvent) {
+			if err := c.sink.Flush(); err != nil {
+				c.fail(OutcomeCanceled, "client flush: %v", err)
 			}
 		}
-		if sawDone {
-			drainAfterDone(resp, timer, st.out[:cap(st.out)])
+		if st.sawDone {
+			drainAfterDone(resp, c.timer, st.out[:cap(st.out)])
 		}
 		return a
 	}
 	// The stream broke after its first byte: never re-sent; the client is
 	// told with an error event in OpenAI's shape.
-	res.Truncated = true
+	c.res.Truncated = true
+	streamErr := st.streamErr
 	if streamErr == nil {
-		streamErr = e.fail(a, OutcomeBroken, "stream ended without finishing")
+		streamErr = c.fail(OutcomeBroken, "stream ended without finishing")
 	}
 	if streamErr.Outcome == OutcomeTimeout {
 		streamErr.Outcome = OutcomeBroken
 	}
-	if sawErrEvent {
-		_ = sink.Flush()
+	if st.sawErrEvent {
+		_ = c.sink.Flush()
 		return streamErr
 	}
 	msg, _ := json.Marshal("the provider's stream broke off: " + streamErr.Detail)
 	st.out = append(append(append(st.out[:0], `data: {"error":{"message":`...), msg...), `,"type":"upstream_error","code":"upstream_error"}}`+"\n\n"...)
-	if write(st.out) {
-		_ = sink.Flush()
+	if c.write(st.out) {
+		_ = c.sink.Flush()
 	}
 	return streamErr
 }

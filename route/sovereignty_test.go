@@ -191,13 +191,13 @@ type recorder struct {
 	mu      sync.Mutex
 	c       chooser
 	byHost  map[string]*Provider
-	calls   []call
+	calls   []recordedCall
 	tp      *topology
 	chatOK  []byte
 	chatErr []byte
 }
 
-type call struct {
+type recordedCall struct {
 	provider *Provider
 	via      string
 }
@@ -211,7 +211,7 @@ func (r *recorder) outcome() int {
 func (r *recorder) RoundTrip(hr *http.Request) (*http.Response, error) {
 	p := r.byHost[hr.URL.Host]
 	r.mu.Lock()
-	r.calls = append(r.calls, call{provider: p})
+	r.calls = append(r.calls, recordedCall{provider: p})
 	r.mu.Unlock()
 	if p == nil {
 		r.t.Errorf("call to unknown host %s", hr.URL.Host)
@@ -245,7 +245,7 @@ func (r *recorder) Forward(ctx context.Context, req *Request, t *Target, route s
 		return Forwarded{Err: errors.New("no such node in that region")}
 	}
 	r.mu.Lock()
-	r.calls = append(r.calls, call{provider: t.Offer.Provider, via: t.Via})
+	r.calls = append(r.calls, recordedCall{provider: t.Offer.Provider, via: t.Via})
 	r.mu.Unlock()
 	switch r.outcome() {
 	case 0:

@@ -1,0 +1,188 @@
+package route
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// attempt calls the target and, if it answers, relays the answer.
+func (c *call) attempt() *attemptResult {
+	e, t, req := c.e, c.t, c.req
+	a := &c.a
+	a.Provider = t.Provider()
+	c.start = e.now()
+	defer func() { a.Duration = e.now().Sub(c.start) }()
+
+	// One timer enforces each phase: the first byte (or, unstreamed, the
+	// whole answer), then the gap between events.
+	actx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	phase := e.cfg.ResponseTimeout
+	if req.Chat.Stream {
+		phase = e.cfg.FirstByteTimeout
+	}
+	c.timer = time.AfterFunc(phase, func() { c.timedOut.Store(true); cancel() })
+	defer c.timer.Stop()
+	hreq, err := c.upstreamRequest(actx)
+	if err != nil {
+		return c.fail(OutcomeConnect, "build request: %v", err)
+	}
+	resp, err := e.client.Do(hreq)
+	if err != nil {
+		return c.readErr(err, "request")
+	}
+	defer resp.Body.Close()
+	a.Status = resp.StatusCode
+	e.noteRateWindow(t.Provider(), resp.Header)
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+		a.answered = true
+	case code == http.StatusTooManyRequests:
+		a.retryAfter = retryAfter(resp.Header, e.now())
+		return c.fail(OutcomeRateLimited, "429: %s", snippet(resp.Body, 256))
+	case code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge || code == http.StatusUnprocessableEntity:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		a.final = &UpstreamReply{Provider: t.Provider(), Status: code, Header: resp.Header, Body: b}
+		return c.fail(OutcomeRefused, "%d", code)
+	default:
+		return c.fail(OutcomeHTTPError, "%d: %s", code, snippet(resp.Body, 256))
+	}
+	if req.Chat.Stream {
+		return c.relay(resp)
+	}
+	return c.whole(resp)
+}
+
+// upstreamRequest is the request to the target's endpoint.
+func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
+	t, req := c.t, c.req
+	body := req.Chat.UpstreamBody(t.Offer.UpstreamModel())
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.Endpoint(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header["Content-Type"] = []string{"application/json"}
+	hreq.Header["User-Agent"] = []string{c.e.cfg.UserAgent}
+	if req.Chat.Stream {
+		hreq.Header["Accept"] = []string{"text/event-stream"}
+	} else {
+		hreq.Header["Accept"] = []string{"application/json"}
+	}
+	if req.TraceParent != "" {
+		hreq.Header["Traceparent"] = []string{req.TraceParent}
+		if req.TraceState != "" {
+			hreq.Header["Tracestate"] = []string{req.TraceState}
+		}
+	}
+	setAuth(hreq.Header, t.Offer.Provider)
+	return hreq, nil
+}
+
+// readErr classifies a failed read of the answer: the client went away,
+// the phase timed out, or the connection failed.
+func (c *call) readErr(err error, what string) *attemptResult {
+	switch {
+	case c.ctx.Err() != nil:
+		return c.fail(OutcomeCanceled, "client went away")
+	case c.timedOut.Load():
+		return c.fail(OutcomeTimeout, "%s: timed out", what)
+	}
+	return c.fail(OutcomeConnect, "%s: %v", what, cleanErr(err))
+}
+
+// noteRateWindow records the provider's own count of what is left of its
+// rate window, when it sends one.
+func (e *Executor) noteRateWindow(provider string, h http.Header) {
+	req, rok := headerInt(h, "X-Ratelimit-Remaining-Requests")
+	tok, tok2 := headerInt(h, "X-Ratelimit-Remaining-Tokens")
+	if rok || tok2 {
+		e.tracker.RateWindow(provider, req, tok)
+	}
+}
+
+func headerInt(h http.Header, key string) (int64, bool) {
+	v := h[key]
+	if len(v) == 0 {
+		return -1, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+	if err != nil || n < 0 {
+		return -1, false
+	}
+	return n, true
+}
+
+// respBuffers recycles the buffers that hold non-streamed answers.
+var respBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// whole reads a non-streamed answer, checks it, and writes it to sink.
+func (c *call) whole(resp *http.Response) *attemptResult {
+	e, t, req, sink, a := c.e, c.t, c.req, c.sink, &c.a
+	buf := respBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer respBuffers.Put(buf)
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, e.cfg.MaxResponseBytes+1)); err != nil {
+		return c.readErr(err, "read answer")
+	}
+	if int64(buf.Len()) > e.cfg.MaxResponseBytes {
+		// The request asked for more than the node relays (n × max_tokens,
+		// say); another provider would answer the same.
+		a.final = fmt.Errorf("%w: %s answered with more than the node's limit of %d bytes; ask for fewer or shorter choices",
+			ErrUpstream, t.Provider(), e.cfg.MaxResponseBytes)
+		return c.fail(OutcomeTooLarge, "answer larger than %d bytes", e.cfg.MaxResponseBytes)
+	}
+	var doc struct {
+		Choices []struct{} `json:"choices"`
+		Usage   *Usage     `json:"usage"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.Choices) == 0 {
+		return c.fail(OutcomeBadResponse, "answer is not a chat completion")
+	}
+	if doc.Usage != nil {
+		a.usage = *doc.Usage
+	} else {
+		a.usage, a.counted = e.countWhole(req, buf.Bytes()), true
+	}
+	a.known = true
+	a.total = e.now().Sub(c.start)
+	h := sink.Header()
+	setRouteHeaders(h, t, e.cfg.NodeName, c.res.Route())
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
+	sink.WriteHeader(http.StatusOK)
+	a.committed = true
+	a.Outcome = OutcomeOK
+	if _, err := sink.Write(buf.Bytes()); err != nil {
+		return c.fail(OutcomeCanceled, "write answer: %v", err)
+	}
+	return a
+}
+
+// countWhole counts the usage of an answer that reported none.
+func (e *Executor) countWhole(req *Request, answer []byte) Usage {
+	var doc struct {
+		Choices []struct {
+			Message struct {
+				Content   string     `json:"content"`
+				ToolCalls []ToolCall `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	_ = json.Unmarshal(answer, &doc)
+	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
+	for _, c := range doc.Choices {
+		u.CompletionTokens += e.tokens.Count(c.Message.Content)
+		for _, tc := range c.Message.ToolCalls {
+			u.CompletionTokens += e.tokens.Count(tc.Function.Name) + e.tokens.Count(tc.Function.Arguments)
+		}
+	}
+	return u
+}
