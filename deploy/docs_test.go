@@ -245,3 +245,138 @@ func slug(heading string) string {
 	}
 	return sb.String()
 }
+
+// TestDocCommands keeps the docs' commands real as code moves: every test,
+// benchmark or fuzz target a `go test -run|-bench|-fuzz NAME ./pkg/` line
+// names exists in that package, and every `llmesh VERB` a code block of
+// README.md runs is a verb the binary has.
+func TestDocCommands(t *testing.T) {
+	root := os.DirFS("..")
+	files := []string{"README.md", "CHANGELOG.md", "SECURITY.md"}
+	docs, _ := fs.Glob(root, "docs/*.md")
+	files = append(files, docs...)
+	for _, f := range files {
+		b, err := fs.ReadFile(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range missingTests(root, string(b)) {
+			t.Errorf("%s: %s", f, p)
+		}
+	}
+	readme, err := fs.ReadFile(root, "README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, err := fs.ReadFile(root, "cmd/llmesh/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range unknownVerbs(string(readme), string(main)) {
+		t.Errorf("README.md: %s", p)
+	}
+}
+
+// TestDocCommandCheckersFindEach proves both checkers fail on a name that
+// is not there, on a repository held in memory.
+func TestDocCommandCheckersFindEach(t *testing.T) {
+	repo := fstest.MapFS{
+		"node/a_test.go":  {Data: []byte("package node\n\nfunc TestBurst(t *testing.T) {}\nfunc BenchmarkPlan(b *testing.B) {}\n")},
+		"route/b_test.go": {Data: []byte("package route\n\nfunc FuzzSovereignty(f *testing.F) {}\n")},
+	}
+	doc := "`go test -run TestBurst -v ./node/` `go test -run XXX -bench 'Plan|Gone' ./node/`\n" +
+		"`go test -fuzz FuzzSovereignty ./route/` `go test ./route -run TestBurst`\n" +
+		"`LLMESH_X=1 go test ./sim/des -run TestScale -v` `go test -race ./...`\n"
+	got := missingTests(repo, doc)
+	want := []string{
+		`go test -run XXX -bench 'Plan|Gone' ./node/: no Gone in ./node/`,
+		"go test ./route -run TestBurst: no TestBurst in ./route",
+		"go test ./sim/des -run TestScale -v: no TestScale in ./sim/des",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	main := "const usage = `\n  llmesh agent -dev   one node\n  llmesh tls init NODE...\n`\n"
+	readme := "```sh\nllmesh agent -dev\nllmesh tls init -dir x a\nllmesh bogus -json   # no such verb\n```\n"
+	if got := unknownVerbs(readme, main); len(got) != 1 || !strings.Contains(got[0], "bogus") {
+		t.Errorf("unknown verbs: got %q, want one naming bogus", got)
+	}
+}
+
+var (
+	goTestLine = regexp.MustCompile("go test [^`\n]*")
+	testFlag   = regexp.MustCompile(`-(run|bench|fuzz) +('[^']*'|"[^"]*"|\S+)`)
+	pkgArg     = regexp.MustCompile(`(?:^| )(\./\S*)`)
+	testFunc   = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)\w*)\(`)
+	usageVerb  = regexp.MustCompile(`(?m)^  llmesh ([a-z]+)`)
+	shellVerb  = regexp.MustCompile(`^\s*llmesh ([a-z]+)`)
+)
+
+// missingTests returns, for each `go test` command in doc whose -run,
+// -bench or -fuzz pattern names a test, benchmark or fuzz target, the
+// names that no test file of the command's package declares. A pattern
+// may be alternatives (A|B); each is looked for as part of a name, as the
+// go command matches it. Commands over ./... are not checked.
+func missingTests(fsys fs.FS, doc string) []string {
+	var out []string
+	for _, cmd := range goTestLine.FindAllString(doc, -1) {
+		cmd = strings.TrimSpace(cmd)
+		pkgs := pkgArg.FindAllStringSubmatch(cmd, -1)
+		if len(pkgs) == 0 || strings.Contains(cmd, "/...") {
+			continue
+		}
+		var funcs []string
+		for _, p := range pkgs {
+			funcs = append(funcs, testFuncs(fsys, path.Clean(p[1]))...)
+		}
+		for _, m := range testFlag.FindAllStringSubmatch(cmd, -1) {
+			for name := range strings.SplitSeq(strings.Trim(m[2], `'"^$`), "|") {
+				if name == "" || name == "." || name == "XXX" {
+					continue
+				}
+				if !slices.ContainsFunc(funcs, func(f string) bool { return strings.Contains(f, name) }) {
+					out = append(out, fmt.Sprintf("%s: no %s in %s", cmd, name, pkgs[0][1]))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// testFuncs lists the Test, Benchmark and Fuzz functions of the test
+// files in dir.
+func testFuncs(fsys fs.FS, dir string) []string {
+	files, _ := fs.Glob(fsys, path.Join(dir, "*_test.go"))
+	var out []string
+	for _, f := range files {
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			continue
+		}
+		for _, m := range testFunc.FindAllStringSubmatch(string(b), -1) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// unknownVerbs returns the `llmesh VERB` lines of readme's code blocks
+// whose verb the usage text in mainGo does not list.
+func unknownVerbs(readme, mainGo string) []string {
+	verbs := map[string]bool{}
+	for _, m := range usageVerb.FindAllStringSubmatch(mainGo, -1) {
+		verbs[m[1]] = true
+	}
+	var out []string
+	inBlock := false
+	for line := range strings.SplitSeq(readme, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if m := shellVerb.FindStringSubmatch(line); inBlock && m != nil && !verbs[m[1]] {
+			out = append(out, fmt.Sprintf("%q: llmesh has no verb %s", strings.TrimSpace(line), m[1]))
+		}
+	}
+	return out
+}
