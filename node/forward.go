@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/tracing"
 	pb "github.com/llmesh/llmesh/proto"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -71,7 +72,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 		streaming     bool
 		failure       error
 		// The forwarding node's span is this one's parent.
-		sp, traceparent = n.tracer.begin(incomingMetadata(stream.Context(), "traceparent"), start)
+		sp, traceparent = n.tracer.Begin(incomingMetadata(stream.Context(), "traceparent"), start)
 		residency       region.Residency // once the tenant is known
 		strict          bool
 	)
@@ -130,7 +131,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	req := &route.Request{
 		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
 		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
-		TraceParent: traceparent, TraceState: traceState(traceparent, incomingMetadata(stream.Context(), "tracestate")),
+		TraceParent: traceparent, TraceState: tracing.State(traceparent, incomingMetadata(stream.Context(), "tracestate")),
 		Priority: t.Priority, AdmitBy: start.Add(n.s.AdmissionWait), Spilled: in.Spill,
 	}
 	if n.draining.Load() {

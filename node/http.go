@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
@@ -160,7 +161,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		failure error // what the client was answered instead of a completion
 		// The request's span, if this node traces, and the traceparent
 		// providers and peers are sent.
-		sp, traceparent = n.tracer.begin(r.Header.Get("Traceparent"), start)
+		sp, traceparent = n.tracer.Begin(r.Header.Get("Traceparent"), start)
 		req             *route.Request // once the body is parsed
 	)
 	// The request id is the client's, or a new one; answers carry it,
@@ -212,7 +213,7 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 		model = chat.Model
 	}
 	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id,
-		TraceParent: traceparent, TraceState: traceState(traceparent, r.Header.Get("Tracestate"))}
+		TraceParent: traceparent, TraceState: tracing.State(traceparent, r.Header.Get("Tracestate"))}
 	req.Residency, req.StrictTransit = n.policyOf(t)
 	req.Priority, req.AdmitBy = t.Priority, start.Add(n.s.AdmissionWait)
 	if req.Session == "" {
@@ -449,7 +450,7 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 // the request here, "" when a client called this node. Tokens and cost
 // count on the node that called the provider, so a forwarded request is
 // not counted twice.
-func (n *Node) account(e decision, sp *span) {
+func (n *Node) account(e decision, sp *tracing.Span) {
 	e.took = n.now().Sub(e.at)
 	n.decided.record(e)
 	n.auditDecision(&e)
@@ -496,7 +497,7 @@ func (n *Node) account(e decision, sp *span) {
 			"truncated", res.Truncated)
 	}
 	n.log.Info("request", attrs...)
-	n.tracer.end(sp, &e, via)
+	n.endSpan(sp, &e, via)
 	if res != nil && n.log.Enabled(context.Background(), slog.LevelDebug) {
 		for _, a := range res.Attempts {
 			if a.Outcome != route.OutcomeOK {

@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -87,10 +88,10 @@ type Node struct {
 	// rateWaiting are those waiting now for a rate share.
 	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *prober
-	decided    decisions  // the last routing decisions, for the dashboard
-	tracer     *tracer    // nil unless tracing.otlp_endpoint is set
-	audit      *audit.Log // nil when audit.disabled
-	perTenant  sync.Map   // tenant name → *atomic.Int64: its requests in flight here
+	decided    decisions       // the last routing decisions, for the dashboard
+	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
+	audit      *audit.Log      // nil when audit.disabled
+	perTenant  sync.Map        // tenant name → *atomic.Int64: its requests in flight here
 	logPrompts bool
 	red        *route.Redactor // the node's secrets, out of its log and answers
 
@@ -155,7 +156,9 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
 	}
-	n.tracer = newTracer(s.Tracing, s.Name, s.Region, opts.Version, n.log, opts.Registry)
+	if n.tracer, err = n.newTracer(s.Tracing); err != nil {
+		return nil, err
+	}
 	n.tracker = route.NewTracker(s.Health, route.TrackerHooks{
 		OnEject: func(p string) {
 			n.metrics.ejections.WithLabelValues(p).Inc()
@@ -316,7 +319,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.probes != nil {
 		n.loops.Go(func() { n.probes.run(n.stop) })
 	}
-	n.tracer.start()
+	n.tracer.Start()
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.Region,
 		"providers", len(n.catalog().Providers()), "models", len(n.catalog().Models()))
@@ -441,8 +444,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if n.forward != nil {
 			n.forward.close()
 		}
-		n.tracer.close() // every request has ended: send their spans
-		n.audit.Close()  // and write their audit lines
+		_ = n.tracer.Shutdown(context.Background()) // every request has ended: send their spans
+		n.audit.Close()                             // and write their audit lines
 		n.shutdownErr = errors.Join(errs...)
 		n.setPhase(phaseStopped)
 		n.log.Info("node stopped")
@@ -476,7 +479,7 @@ func (n *Node) Kill() {
 		if n.forward != nil {
 			n.forward.close()
 		}
-		n.tracer.close()
+		_ = n.tracer.Shutdown(context.Background())
 		n.audit.Close()
 	})
 }

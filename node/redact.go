@@ -64,7 +64,9 @@ func (r redactHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return redactHandler{r.h.WithAttrs(red), r.red}
 }
 
-func (r redactHandler) WithGroup(name string) slog.Handler { return redactHandler{r.h.WithGroup(name), r.red} }
+func (r redactHandler) WithGroup(name string) slog.Handler {
+	return redactHandler{r.h.WithGroup(name), r.red}
+}
 
 // holdsSecret reports whether redactAttr would change a.
 func (r redactHandler) holdsSecret(a slog.Attr) bool {

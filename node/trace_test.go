@@ -1,22 +1,27 @@
 package node_test
 
 import (
-	"encoding/json"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
-// collector is an OTLP/HTTP JSON trace receiver on loopback.
+// collector is an OTLP/HTTP (protobuf) trace receiver on loopback.
 type collector struct {
 	srv   *httptest.Server
 	mu    sync.Mutex
@@ -33,26 +38,10 @@ type collectedSpan struct {
 func newCollector(t *testing.T) *collector {
 	c := &collector{}
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var doc struct {
-			ResourceSpans []struct {
-				ScopeSpans []struct {
-					Spans []struct {
-						TraceID      string `json:"traceId"`
-						SpanID       string `json:"spanId"`
-						ParentSpanID string `json:"parentSpanId"`
-						Name         string `json:"name"`
-						Attributes   []struct {
-							Key   string
-							Value map[string]any
-						}
-						Status struct{ Code int }
-					}
-				}
-			}
-		}
+		var doc coltracepb.ExportTraceServiceRequest
 		b, _ := io.ReadAll(r.Body)
-		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &doc) != nil {
-			t.Errorf("collector got %s %s %q: %s", r.Method, r.URL.Path, r.Header.Get("Content-Type"), b)
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" || proto.Unmarshal(b, &doc) != nil {
+			t.Errorf("collector got %s %s %q: %q", r.Method, r.URL.Path, r.Header.Get("Content-Type"), b)
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
@@ -62,11 +51,11 @@ func newCollector(t *testing.T) *collector {
 		for _, rs := range doc.ResourceSpans {
 			for _, ss := range rs.ScopeSpans {
 				for _, s := range ss.Spans {
-					cs := collectedSpan{TraceID: s.TraceID, SpanID: s.SpanID, ParentSpanID: s.ParentSpanID, Name: s.Name, Attrs: map[string]any{}, Status: s.Status}
+					cs := collectedSpan{TraceID: hex.EncodeToString(s.TraceId), SpanID: hex.EncodeToString(s.SpanId),
+						ParentSpanID: hex.EncodeToString(s.ParentSpanId), Name: s.Name, Attrs: map[string]any{}}
+					cs.Status.Code = int(s.GetStatus().GetCode())
 					for _, a := range s.Attributes {
-						for _, v := range a.Value {
-							cs.Attrs[a.Key] = v
-						}
+						cs.Attrs[a.Key] = anyValue(a.Value)
 					}
 					c.spans = append(c.spans, cs)
 				}
@@ -76,6 +65,21 @@ func newCollector(t *testing.T) *collector {
 	}))
 	t.Cleanup(c.srv.Close)
 	return c
+}
+
+// anyValue is an attribute's value as JSON would have decoded it.
+func anyValue(v *commonpb.AnyValue) any {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return strconv.FormatInt(x.IntValue, 10) // OTLP/JSON's form of a 64-bit integer
+	case *commonpb.AnyValue_BoolValue:
+		return x.BoolValue
+	case *commonpb.AnyValue_DoubleValue:
+		return x.DoubleValue
+	}
+	return nil
 }
 
 // byRequest returns the spans of one request id.

@@ -1,11 +1,11 @@
-package node
+package tracing
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/node/config"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func TestParseTraceParent(t *testing.T) {
@@ -43,30 +43,56 @@ func TestParseTraceParent(t *testing.T) {
 // came, and makes none up; one that traces starts a span under it.
 func TestTracerBegin(t *testing.T) {
 	const in = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	var off *tracer
-	if sp, out := off.begin(in, time.Time{}); sp != nil || out != in {
+	var off *Tracer
+	if sp, out := off.Begin(in, time.Time{}); sp != nil || out != in {
 		t.Fatalf("off: %v %q", sp, out)
 	}
-	if sp, out := off.begin("garbage", time.Time{}); sp != nil || out != "" {
+	if sp, out := off.Begin("garbage", time.Time{}); sp != nil || out != "" {
 		t.Fatalf("off, invalid: %v %q", sp, out)
 	}
-	on := &tracer{cfg: &config.Tracing{Ratio: 1}}
-	sp, out := on.begin(in, time.Time{})
+	if a := testing.AllocsPerRun(100, func() { off.Begin(in, time.Time{}) }); a != 0 {
+		t.Fatalf("Begin without a tracer allocates %v times", a)
+	}
+	on := unexported(1)
+	sp, out := on.Begin(in, time.Time{})
 	got, _ := parseTraceParent(out)
-	if sp == nil || got.trace != sp.ctx.trace || got.span != sp.ctx.span || !strings.HasPrefix(out, in[:36]) || strings.HasSuffix(out, in[36:]) {
+	if sp == nil || got.trace != sp.s.SpanContext().TraceID() || got.span != sp.s.SpanContext().SpanID() ||
+		!strings.HasPrefix(out, in[:36]) || strings.HasSuffix(out, in[36:]) {
 		t.Fatalf("on: %+v %q", sp, out)
 	}
-	if sp.parent != [8]byte{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7} {
-		t.Fatalf("parent %x", sp.parent)
+	if p := sp.s.(sdktrace.ReadOnlySpan).Parent().SpanID(); p != [8]byte{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7} {
+		t.Fatalf("parent %x", p)
 	}
 	// The caller's decision not to sample is followed, and its
 	// traceparent passed on as it came.
-	if sp, out := on.begin(in[:53]+"00", time.Time{}); sp != nil || out != in[:53]+"00" {
+	if sp, out := on.Begin(in[:53]+"00", time.Time{}); sp != nil || out != in[:53]+"00" {
 		t.Fatalf("unsampled: %v %q", sp, out)
 	}
 	// A node that samples nothing starts no trace but says so downstream.
-	none := &tracer{cfg: &config.Tracing{Ratio: 0}}
-	if sp, out := none.begin("", time.Time{}); sp != nil || !strings.HasSuffix(out, "-00") {
+	none := unexported(0)
+	if sp, out := none.Begin("", time.Time{}); sp != nil || !strings.HasSuffix(out, "-00") || len(out) != 55 {
 		t.Fatalf("ratio 0: %v %q", sp, out)
+	}
+}
+
+// unexported is a tracer that samples ratio of the traces it starts and
+// exports nothing.
+func unexported(ratio float64) *Tracer {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
+	return &Tracer{tp: tp, tracer: tp.Tracer(scope)}
+}
+
+func TestState(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, c := range []struct{ parent, header, want string }{
+		{tp, "vendor=opaque-1", "vendor=opaque-1"},
+		{"", "vendor=opaque-1", ""},
+		{tp, strings.Repeat("a", 513), ""},
+		{tp, "vendor=a, other=b~", "vendor=a, other=b~"},
+		{tp, "vendor=\x01", ""},
+	} {
+		if got := State(c.parent, c.header); got != c.want {
+			t.Errorf("State(%q, %q) = %q, want %q", c.parent, c.header, got, c.want)
+		}
 	}
 }
