@@ -55,19 +55,10 @@ func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning Ledger
 	}
 	var unknown map[string]bool
 	l.budgeted.Store(&unknown)
-	if s.Voter {
-		cfg := consensus.ServerConfig{
-			ID: s.Name, Bind: s.RaftAddr, DataDir: s.DataDir, BootstrapExpect: s.BootstrapExpect,
-			Seed: func() []consensus.Command { return seedCommands(s, n.catalog()) }, Membership: membership{n},
-			Logger: n.log.With("component", "raft"), Clock: n.now,
-		}
-		if s.TLS != nil {
-			cfg.TLS = &consensus.TLSConfig{Server: s.TLS.Server, Client: s.TLS.Client}
-		}
-		if s.Advertise != "" {
-			_, port, _ := net.SplitHostPort(s.RaftAddr)
-			cfg.Advertise = net.JoinHostPort(s.Advertise, port)
-		}
+	if s.Raft != nil {
+		cfg := *s.Raft
+		cfg.Seed = func() []consensus.Command { return seedCommands(s, n.catalog()) }
+		cfg.Membership, cfg.Logger, cfg.Clock = membership{n}, n.log.With("component", "raft"), n.now
 		if tuning != nil {
 			tuning(&cfg)
 		}

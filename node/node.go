@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,24 +111,10 @@ type Node struct {
 // New validates cfg and builds a node. It starts nothing and opens
 // nothing; Start does.
 func New(cfg *Config, opts Options) (*Node, error) {
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
-	}
-	if opts.ReadFile == nil {
-		opts.ReadFile = os.ReadFile
-	}
+	opts = opts.withDefaults()
 	s, err := config.Resolve(cfg, config.Env{Getenv: opts.Getenv, ReadFile: opts.ReadFile})
 	if err != nil {
 		return nil, err
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Registry == nil {
-		opts.Registry = prometheus.NewRegistry()
-	}
-	if opts.Clock == nil {
-		opts.Clock = time.Now
 	}
 	red := newRedactor(s)
 	catalog, err := route.NewCatalog(s.Providers, s.Groups...)
@@ -137,122 +122,40 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		s:         s,
-		log:       slog.New(redactHandler{opts.Logger.Handler(), red}).With("node", s.Name),
-		red:       red,
-		reg:       opts.Registry,
-		metrics:   newMetrics(opts.Registry),
-		now:       opts.Clock,
-		version:   opts.Version,
-		cfg:       cfg,
-		getenv:    opts.Getenv,
-		readFile:  opts.ReadFile,
-		serveDone: make(chan struct{}),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		s:          s,
+		log:        slog.New(redactHandler{opts.Logger.Handler(), red}).With("node", s.Name),
+		red:        red,
+		reg:        opts.Registry,
+		metrics:    newMetrics(opts.Registry),
+		now:        opts.Clock,
+		version:    opts.Version,
+		cfg:        cfg,
+		getenv:     opts.Getenv,
+		readFile:   opts.ReadFile,
+		logPrompts: opts.LogPrompts,
+		serveDone:  make(chan struct{}),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	n.tenants.Store(newTenantKeys(s.Tenants, nil))
-	n.logPrompts = opts.LogPrompts
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
 	}
 	if n.tracer, err = n.newTracer(s.Tracing); err != nil {
 		return nil, err
 	}
-	n.tracker = route.NewTracker(s.Health, route.TrackerHooks{
-		OnEject: func(p string) {
-			n.metrics.ejections.WithLabelValues(p).Inc()
-			n.log.Warn("provider ejected after consecutive failures", "provider", p)
-		},
-		OnChange: func(string) {
-			if n.mesh != nil {
-				n.mesh.Changed()
-			}
-		},
-	})
-	var health route.HealthView = n.tracker
-	if s.Gossip != nil {
-		gc := gossip.DefaultConfig(s.Name)
-		gc.BindAddr, gc.BindPort = s.Gossip.BindAddr, s.Gossip.BindPort
-		gc.AdvertiseAddr = s.Advertise
-		gc.Seeds, gc.SecretKey, gc.Label = s.Gossip.Seeds, s.Gossip.Key, s.Gossip.Label
-		gc.Meta = gossip.Meta{Region: s.Region, Jurisdiction: s.Jurisdiction, Voter: s.Voter, RPC: s.RPCAddr, Build: opts.Version}
-		gc.Logger = n.log.With("component", "gossip")
-		gc.Registerer = opts.Registry
-		gc.KnownProvider = func(name string) bool { return n.catalog().Provider(name) != nil }
-		gc.OnMembership = func() {
-			if n.ledger != nil && n.ledger.server != nil {
-				n.ledger.server.Reconcile()
-			}
-		}
-		if opts.GossipTuning != nil {
-			opts.GossipTuning(&gc)
-		}
-		mesh, err := gossip.New(gc, n.tracker, n.loadReport)
-		if err != nil {
-			return nil, err
-		}
-		n.mesh = mesh
-		health = mesh.View()
+	n.tracker = n.newHealthTracker()
+	health, err := n.buildMesh(opts)
+	if err != nil {
+		return nil, err
 	}
-	// Rates: the node's share of the mesh-wide capacity when it has a
-	// part in the ledger, else the whole configured rate.
-	var quota route.QuotaGate = route.NewLimiter(catalog.Providers())
-	var budget route.BudgetGate
-	if s.Ledger {
-		l, err := newLedger(n, s, catalog, opts.LedgerTuning)
-		if err != nil {
-			return nil, err
-		}
-		n.ledger = l
-		quota, budget = l.rates, budgetGate{l.budgets}
-		opts.Registry.MustRegister(&ledgerCollector{n: n})
+	quota, budget, err := n.buildLedger(catalog, opts)
+	if err != nil {
+		return nil, err
 	}
-	n.replicas = route.NewTracker(s.Health, route.TrackerHooks{
-		OnEject: func(r string) {
-			n.log.Warn("replica ejected after consecutive failures: its sessions move to the others", "replica", r)
-		},
-	})
-	affinity := route.NewAffinity(1 << 18)
-	n.quota = quota
-	planner := &route.Planner{
-		Self: s.Name, Region: s.Region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
-		Regions: s.Regions, Affinity: affinity,
-	}
-	var fwd route.Forwarder
-	if n.mesh != nil {
-		// Other regions' region-reach providers are served through a
-		// node of their region.
-		view := &meshView{n: n}
-		planner.Mesh, planner.Spares = view, view
-		n.forward = newForwarder(n, view)
-		fwd = n.forward
-	}
-	n.rt.Store(&routing{catalog: catalog, planner: planner})
-	n.exec = route.NewExecutor(s.Executor, route.ExecutorDeps{
-		Guard:     route.Guard{Region: s.Region, Regions: s.Regions},
-		Tracker:   n.tracker,
-		Replicas:  n.replicas,
-		Affinity:  affinity,
-		Forwarder: fwd,
-		Quota:     quota,
-		Budget:    budget,
-		Tokenizer: &route.Tokenizer{},
-		Observer:  n.metrics,
-		Clock:     opts.Clock,
-		Redactor:  red,
-	})
+	n.buildRequestPath(catalog, health, quota, budget)
 	n.probes = newProber(n, s.ProbeIdle)
-	n.srv = &http.Server{
-		Handler:           n.routes(),
-		ReadHeaderTimeout: s.ReadHeader,
-		MaxHeaderBytes:    s.MaxHeaderBytes,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
-		// No ReadTimeout or WriteTimeout: they would cut long streams.
-		// Bodies get a read deadline and every write to a client its own
-		// deadline instead (see chat and httpSink).
-	}
+	n.srv = n.newHTTPServer()
 	return n, nil
 }
 

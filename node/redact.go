@@ -17,8 +17,8 @@ func newRedactor(s *config.Runtime) *route.Redactor {
 	for _, p := range s.Providers {
 		list = append(list, p.APIKey.Reveal())
 	}
-	if s.Gossip != nil && len(s.Gossip.Key) > 0 {
-		list = append(list, base64.StdEncoding.EncodeToString(s.Gossip.Key), string(s.Gossip.Key))
+	if s.Gossip != nil && len(s.Gossip.SecretKey) > 0 {
+		list = append(list, base64.StdEncoding.EncodeToString(s.Gossip.SecretKey), string(s.Gossip.SecretKey))
 	}
 	if s.Tracing != nil {
 		for _, v := range s.Tracing.Headers {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+
+	"github.com/llmesh/llmesh/route"
 )
 
 // ValidName reports whether name may name a node, a provider, a tenant or
@@ -19,30 +21,53 @@ var (
 	sha256Pattern   = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 )
 
-func checkHostPort(field, v string, problems *[]error) {
+// problems collects what is wrong with a file, each naming its field.
+type problems []error
+
+// bad records that field is wrong: "field: " and the formatted reason.
+func (p *problems) bad(field, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+}
+
+func (p *problems) add(err error) { *p = append(*p, err) }
+
+// err joins the problems, or is nil when there are none.
+func (p *problems) err() error { return errors.Join(*p...) }
+
+func (p *problems) hostPort(field, v string) {
 	if v == "" {
 		return
 	}
 	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
-		*problems = append(*problems, fmt.Errorf("%s: %q is not a host:port address", field, v))
+		p.bad(field, "%q is not a host:port address", v)
 	}
 }
 
-func checkURL(field, v string, problems *[]error) {
+func (p *problems) url(field, v string) {
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		*problems = append(*problems, fmt.Errorf("%s: %q is not an absolute http(s) URL", field, v))
+		p.bad(field, "%q is not an absolute http(s) URL", v)
 		return
 	}
 	if u.User != nil {
-		*problems = append(*problems, fmt.Errorf("%s: credentials belong in api_key_env, not in the URL", field))
+		p.bad(field, "credentials belong in api_key_env, not in the URL")
 	}
 }
 
-func checkEnvName(field, v string, problems *[]error) {
+func (p *problems) envName(field, v string) {
 	if v != "" && !envNamePattern.MatchString(v) {
-		*problems = append(*problems, fmt.Errorf("%s: %q is not an environment variable name", field, v))
+		p.bad(field, "%q is not an environment variable name", v)
 	}
+}
+
+// secret reads the environment variable that field names into a secret;
+// it reports the variable empty or unset.
+func (p *problems) secret(field, name string, getenv func(string) string) route.Secret {
+	v := route.Secret(getenv(name))
+	if v == "" {
+		p.bad(field, "environment variable %s is empty or unset", name)
+	}
+	return v
 }
 
 // loopbackAddr reports whether a host:port binds to loopback only.

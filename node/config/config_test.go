@@ -165,7 +165,7 @@ func TestGossipSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := s.Gossip
-	if g == nil || g.BindAddr != "0.0.0.0" || g.BindPort != 7946 || len(g.Key) != 32 || g.Label != "prod" || len(g.Seeds) != 1 {
+	if g == nil || g.BindAddr != "0.0.0.0" || g.BindPort != 7946 || len(g.SecretKey) != 32 || g.Label != "prod" || len(g.Seeds) != 1 {
 		t.Fatalf("gossip settings %+v", g)
 	}
 	for _, tc := range []struct{ extra, env, want string }{

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"time"
 
+	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/pki"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -57,17 +59,16 @@ type Runtime struct {
 	RPCAddr string
 	// Advertise is the host peers should use; "" for the bound one.
 	Advertise string
-	// Gossip is the gossip settings; nil: this node does not gossip.
-	Gossip *Gossip
+	// Gossip is the membership's configuration, without the callbacks,
+	// logger and registerer the node adds; nil: this node does not
+	// gossip.
+	Gossip *gossip.Config
 	// ProbeIdle is how long a provider may go uncalled before it is
 	// probed; 0: no probes.
 	ProbeIdle time.Duration
-	// RaftAddr is a voter's Raft transport address, BootstrapExpect the
-	// voters to wait for before the first election.
-	RaftAddr        string
-	BootstrapExpect int
-	// DataDir holds the node's durable state.
-	DataDir string
+	// Raft is a voter's Raft server configuration, without the seed,
+	// membership, logger and clock the node adds; nil on other nodes.
+	Raft *consensus.ServerConfig
 	// Ledger is set when the node spends from the Raft ledger: it is a
 	// voter, or it gossips and so can find voters.
 	Ledger bool
@@ -95,19 +96,6 @@ type Tracing struct {
 	Ratio float64
 	// Service is the service.name the spans carry.
 	Service string
-}
-
-// Gossip is the node section's gossip settings, resolved.
-type Gossip struct {
-	// BindAddr and BindPort are where memberlist listens (TCP and UDP).
-	BindAddr string
-	BindPort int
-	// Seeds are the addresses joined at start.
-	Seeds []string
-	// Key encrypts gossip: 32 bytes, or none. Secret.
-	Key []byte
-	// Label keeps nodes of other clusters out.
-	Label string
 }
 
 // Tenant is a configured tenant with its key hashes decoded.

@@ -1,0 +1,161 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+// resolveProviders checks each provider and translates it into the
+// catalog's input.
+func resolveProviders(c *File, env Env, s *Runtime, p *problems) {
+	names := map[string]bool{}
+	for i, ps := range c.Providers {
+		f := fmt.Sprintf("providers[%d]", i)
+		if ps.Name == "" {
+			p.bad(f+".name", "is required")
+		} else if !nodeNamePattern.MatchString(ps.Name) {
+			p.bad(f+".name", "%q must be 1-64 letters, digits, '.', '_' or '-'", ps.Name)
+		} else if names[ps.Name] {
+			p.bad(f+".name", "%q is used by another provider", ps.Name)
+		}
+		names[ps.Name] = true
+		s.Providers = append(s.Providers, resolveProvider(f, &ps, s.Regions, env, p))
+	}
+}
+
+// resolveProvider is one provider, f its field path.
+func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env, p *problems) route.Provider {
+	rp := route.Provider{
+		Name: ps.Name, Kind: route.Kind(ps.Kind), Region: ps.Region, Reach: route.Reach(ps.Reach),
+		BaseURL: ps.BaseURL, Replicas: ps.Replicas, APIVersion: ps.APIVersion, Priority: ps.Priority,
+		RPM: ps.Limits.RPM, TPM: ps.Limits.TPM,
+	}
+	switch rp.Kind {
+	case "":
+		rp.Kind = route.KindOpenAI
+	case route.KindOpenAI, route.KindAzure:
+	default:
+		p.bad(f+".kind", "%q must be openai or azure", ps.Kind)
+	}
+	switch rp.Reach {
+	case "":
+		rp.Reach = route.ReachGlobal
+	case route.ReachGlobal, route.ReachRegion:
+	default:
+		p.bad(f+".reach", "%q must be global or region", ps.Reach)
+	}
+	rp.Jurisdictions = providerJurisdictions(f, ps, regions, p)
+	if ps.BaseURL == "" && len(ps.Replicas) == 0 {
+		p.bad(f+".base_url", "is required (or give replicas)")
+	}
+	if ps.BaseURL != "" {
+		p.url(f+".base_url", ps.BaseURL)
+	}
+	for j, r := range ps.Replicas {
+		p.url(fmt.Sprintf("%s.replicas[%d]", f, j), r)
+	}
+	p.envName(f+".api_key_env", ps.APIKeyEnv)
+	if ps.APIKeyEnv != "" {
+		rp.APIKey = p.secret(f+".api_key_env", ps.APIKeyEnv, env.Getenv)
+	}
+	if rp.Kind == route.KindAzure && ps.APIVersion == "" {
+		p.bad(f+".api_version", "is required for an azure provider")
+	}
+	if rp.Kind != route.KindAzure && ps.APIVersion != "" {
+		p.bad(f+".api_version", "is only for azure providers")
+	}
+	if ps.Limits.RPM < 0 {
+		p.bad(f+".limits.rpm", "must not be negative")
+	}
+	if ps.Limits.TPM < 0 {
+		p.bad(f+".limits.tpm", "must not be negative")
+	}
+	rp.Models = resolveModels(f, rp.Kind, ps.Models, p)
+	return rp
+}
+
+// providerJurisdictions checks a provider's region and is where it may
+// process data: the jurisdictions it lists, else its region's.
+func providerJurisdictions(f string, ps *ProviderSection, regions *region.Map, p *problems) region.Set {
+	reg, ok := regions.Lookup(ps.Region)
+	if ps.Region == "" {
+		p.bad(f+".region", "is required")
+	} else if !ok {
+		p.bad(f+".region", "%q is not one of regions[].name", ps.Region)
+	}
+	var js []region.Jurisdiction
+	for j, name := range ps.Jurisdictions {
+		if !region.ValidName(name) {
+			p.bad(fmt.Sprintf("%s.jurisdictions[%d]", f, j), "%q is not a valid jurisdiction", name)
+		}
+		js = append(js, region.Jurisdiction(name))
+	}
+	if len(js) == 0 && ok {
+		js = []region.Jurisdiction{reg.Jurisdiction}
+	}
+	return region.NewSet(js...)
+}
+
+// resolveModels checks the models a provider of kind serves.
+func resolveModels(f string, kind route.Kind, ms []ModelSection, p *problems) []route.Model {
+	if len(ms) == 0 {
+		p.bad(f+".models", "at least one model is required")
+	}
+	var out []route.Model
+	seen := map[string]bool{}
+	for j, m := range ms {
+		mf := fmt.Sprintf("%s.models[%d]", f, j)
+		switch {
+		case m.Name == "":
+			p.bad(mf+".name", "is required")
+		case seen[m.Name]:
+			p.bad(mf+".name", "%q is listed twice", m.Name)
+		}
+		seen[m.Name] = true
+		if m.InputUSDPerMTok < 0 {
+			p.bad(mf+".input_usd_per_mtok", "must not be negative")
+		}
+		if m.OutputUSDPerMTok < 0 {
+			p.bad(mf+".output_usd_per_mtok", "must not be negative")
+		}
+		if m.MaxOutputTokens < 0 {
+			p.bad(mf+".max_output_tokens", "must not be negative")
+		}
+		if kind == route.KindAzure && m.Deployment == "" {
+			p.bad(mf+".deployment", "is required for an azure provider")
+		}
+		if kind != route.KindAzure && m.Deployment != "" {
+			p.bad(mf+".deployment", "is only for azure providers")
+		}
+		out = append(out, route.Model{
+			Name: m.Name, Upstream: m.Upstream, Deployment: m.Deployment,
+			InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok,
+			MaxOutputTokens: m.MaxOutputTokens,
+		})
+	}
+	return out
+}
+
+// resolveGroups checks the model groups' shape; what they name is
+// checked against the catalog when the node builds it.
+func resolveGroups(c *File, _ Env, s *Runtime, p *problems) {
+	for i, g := range c.Groups {
+		f := fmt.Sprintf("groups[%d]", i)
+		if !nodeNamePattern.MatchString(g.Name) {
+			p.bad(f+".name", "%q must be 1-64 letters, digits, '.', '_' or '-'", g.Name)
+		}
+		if len(g.Members) == 0 {
+			p.bad(f+".members", "at least one model is required")
+		}
+		rg := route.Group{Name: g.Name, Members: g.Members, Weights: g.Weights}
+		for j, t := range g.Tiers {
+			if t.MaxPromptTokens < 0 {
+				p.bad(fmt.Sprintf("%s.tiers[%d].max_prompt_tokens", f, j), "must not be negative")
+			}
+			rg.Tiers = append(rg.Tiers, route.Tier{MaxPromptTokens: t.MaxPromptTokens, Members: t.Members})
+		}
+		s.Groups = append(s.Groups, rg)
+	}
+}
