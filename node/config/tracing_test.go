@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/llmesh/llmesh/route"
 )
 
 func TestTracingSettings(t *testing.T) {
@@ -43,4 +45,25 @@ func TestTracingSettings(t *testing.T) {
 	if _, err := Resolve(c, testEnvOf()); err == nil || strings.Contains(err.Error(), "no-equals-sign-secret") {
 		t.Fatalf("bad headers: %v", err)
 	}
+}
+
+func TestResolveTracing(t *testing.T) {
+	half := 0.5
+	testSection(t, resolveTracing, nil, []sectionCase{
+		{name: "off", want: func(*Runtime) {}},
+		{name: "on", edit: func(f *File) {
+			f.Tracing = TracingSection{OTLPEndpoint: "https://collector:4318/", SampleRatio: &half, ServiceName: "mesh", HeadersEnv: "ADMIN"}
+		}, err: "tracing.headers_env: environment variable ADMIN must hold key=value pairs separated by commas"},
+		{name: "defaults", edit: func(f *File) { f.Tracing.OTLPEndpoint = "http://collector:4318/v1/traces" }, want: func(s *Runtime) {
+			s.Tracing = &Tracing{Endpoint: "http://collector:4318/v1/traces", Headers: map[string]route.Secret{}, Ratio: 1, Service: "llmesh"}
+		}},
+		{name: "path added", edit: func(f *File) {
+			f.Tracing = TracingSection{OTLPEndpoint: "http://c:4318", SampleRatio: &half, ServiceName: "mesh"}
+		},
+			want: func(s *Runtime) {
+				s.Tracing = &Tracing{Endpoint: "http://c:4318/v1/traces", Headers: map[string]route.Secret{}, Ratio: 0.5, Service: "mesh"}
+			}},
+		{name: "env name", edit: func(f *File) { f.Tracing = TracingSection{OTLPEndpoint: "http://c:4318", HeadersEnv: "a-b"} },
+			err: `tracing.headers_env: "a-b" is not an environment variable name`},
+	})
 }

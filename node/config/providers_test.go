@@ -1,0 +1,83 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+func TestResolveProviders(t *testing.T) {
+	openai := func() ProviderSection {
+		return ProviderSection{Name: "gpu-eu", Region: "eu-west", BaseURL: "http://10.0.1.10:8000", APIKeyEnv: "KEY",
+			Limits: RateSection{RPM: 600}, Models: []ModelSection{{Name: "llama", Upstream: "meta/llama", InputUSDPerMTok: 0.05}}}
+	}
+	azure := func() ProviderSection {
+		return ProviderSection{Name: "az", Kind: "azure", Region: "us-east", Reach: "region", Jurisdictions: []string{"us", "eu"},
+			Replicas: []string{"https://a.example", "https://b.example"}, APIVersion: "2024-10-21",
+			Models: []ModelSection{{Name: "gpt-4o", Deployment: "prod", MaxOutputTokens: 100}}}
+	}
+	with := func(ps ...ProviderSection) func(*File) { return func(f *File) { f.Providers = ps } }
+	edited := func(p ProviderSection, edit func(*ProviderSection)) ProviderSection { edit(&p); return p }
+	pre := []section{resolveRegions}
+	testSection(t, resolveProviders, pre, []sectionCase{
+		{name: "none", want: func(*Runtime) {}},
+		{name: "openai and azure", edit: with(openai(), azure()), want: func(s *Runtime) {
+			s.Providers = []route.Provider{
+				{Name: "gpu-eu", Kind: route.KindOpenAI, Region: "eu-west", Reach: route.ReachGlobal, Jurisdictions: region.NewSet("eu"),
+					BaseURL: "http://10.0.1.10:8000", APIKey: "provider-secret", RPM: 600,
+					Models: []route.Model{{Name: "llama", Upstream: "meta/llama", InputUSDPerMTok: 0.05}}},
+				{Name: "az", Kind: route.KindAzure, Region: "us-east", Reach: route.ReachRegion, Jurisdictions: region.NewSet("us", "eu"),
+					Replicas: []string{"https://a.example", "https://b.example"}, APIVersion: "2024-10-21",
+					Models: []route.Model{{Name: "gpt-4o", Deployment: "prod", MaxOutputTokens: 100}}},
+			}
+		}},
+		{name: "names", edit: with(edited(openai(), func(p *ProviderSection) { p.Name = "" }), openai(), openai(),
+			edited(openai(), func(p *ProviderSection) { p.Name = "a/b" })), err: strings.Join([]string{
+			"providers[0].name: is required", `providers[2].name: "gpu-eu" is used by another provider`,
+			`providers[3].name: "a/b" must be 1-64 letters, digits, '.', '_' or '-'`}, "\n")},
+		{name: "kind and reach", edit: with(edited(openai(), func(p *ProviderSection) { p.Kind, p.Reach = "anthropic", "galaxy" })),
+			err: "providers[0].kind: \"anthropic\" must be openai or azure\nproviders[0].reach: \"galaxy\" must be global or region"},
+		{name: "region", edit: with(edited(openai(), func(p *ProviderSection) { p.Region = "" }), edited(openai(), func(p *ProviderSection) {
+			p.Name, p.Region, p.Jurisdictions = "b", "mars", []string{"EU!"}
+		})), err: strings.Join([]string{"providers[0].region: is required", `providers[1].region: "mars" is not one of regions[].name`,
+			`providers[1].jurisdictions[0]: "EU!" is not a valid jurisdiction`}, "\n")},
+		{name: "urls", edit: with(edited(openai(), func(p *ProviderSection) { p.BaseURL = "" }), edited(openai(), func(p *ProviderSection) {
+			p.Name, p.BaseURL, p.Replicas = "b", "example.com", []string{"https://k:s@x.example"}
+		})), err: strings.Join([]string{"providers[0].base_url: is required (or give replicas)",
+			`providers[1].base_url: "example.com" is not an absolute http(s) URL`,
+			"providers[1].replicas[0]: credentials belong in api_key_env, not in the URL"}, "\n")},
+		{name: "key", edit: with(edited(openai(), func(p *ProviderSection) { p.APIKeyEnv = "NOPE" })),
+			err: "providers[0].api_key_env: environment variable NOPE is empty or unset"},
+		{name: "azure only", edit: with(edited(openai(), func(p *ProviderSection) { p.APIVersion, p.Models[0].Deployment = "1", "d" })),
+			err: "providers[0].api_version: is only for azure providers\nproviders[0].models[0].deployment: is only for azure providers"},
+		{name: "azure needs", edit: with(edited(azure(), func(p *ProviderSection) { p.APIVersion, p.Models[0].Deployment = "", "" })),
+			err: "providers[0].api_version: is required for an azure provider\nproviders[0].models[0].deployment: is required for an azure provider"},
+		{name: "limits", edit: with(edited(openai(), func(p *ProviderSection) { p.Limits = RateSection{RPM: -1, TPM: -1} })),
+			err: "providers[0].limits.rpm: must not be negative\nproviders[0].limits.tpm: must not be negative"},
+		{name: "no models", edit: with(edited(openai(), func(p *ProviderSection) { p.Models = nil })),
+			err: "providers[0].models: at least one model is required"},
+		{name: "models", edit: with(edited(openai(), func(p *ProviderSection) {
+			p.Models = []ModelSection{{}, {Name: "m", InputUSDPerMTok: -1, OutputUSDPerMTok: -1, MaxOutputTokens: -1}, {Name: "m"}}
+		})), err: strings.Join([]string{"providers[0].models[0].name: is required",
+			"providers[0].models[1].input_usd_per_mtok: must not be negative", "providers[0].models[1].output_usd_per_mtok: must not be negative",
+			"providers[0].models[1].max_output_tokens: must not be negative", `providers[0].models[2].name: "m" is listed twice`}, "\n")},
+	})
+}
+
+func TestResolveGroups(t *testing.T) {
+	testSection(t, resolveGroups, nil, []sectionCase{
+		{name: "valid", edit: func(f *File) {
+			f.Groups = []GroupSection{{Name: "auto", Members: []string{"a", "b"}, Weights: map[string]int{"a": 3},
+				Tiers: []TierSection{{MaxPromptTokens: 1000, Members: []string{"a"}}}}}
+		}, want: func(s *Runtime) {
+			s.Groups = []route.Group{{Name: "auto", Members: []string{"a", "b"}, Weights: map[string]int{"a": 3},
+				Tiers: []route.Tier{{MaxPromptTokens: 1000, Members: []string{"a"}}}}}
+		}},
+		{name: "bad", edit: func(f *File) {
+			f.Groups = []GroupSection{{Name: "a b", Tiers: []TierSection{{MaxPromptTokens: -1}}}}
+		}, err: strings.Join([]string{`groups[0].name: "a b" must be 1-64 letters, digits, '.', '_' or '-'`,
+			"groups[0].members: at least one model is required", "groups[0].tiers[0].max_prompt_tokens: must not be negative"}, "\n")},
+	})
+}
