@@ -92,16 +92,9 @@ func (c *testCluster) leader() int {
 
 func (c *testCluster) waitLeader(d time.Duration) (int, time.Duration) {
 	c.t.Helper()
-	start := time.Now()
-	for {
-		if i := c.leader(); i >= 0 {
-			return i, time.Since(start)
-		}
-		if time.Since(start) > d {
-			c.t.Fatalf("no leader within %v", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	i := -1
+	took := wait.For(c.t, d, "a leader", func() bool { i = c.leader(); return i >= 0 })
+	return i, took
 }
 
 // apply sends cmd to whichever voter leads now, as a client's forward
@@ -154,7 +147,7 @@ type faultyApply struct {
 
 func (f *faultyApply) apply(ctx context.Context, cmd Command) (Result, error) {
 	for f.frozen.Load() && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // a frozen node's sync waits for the thaw, as a stopped process's would
 	}
 	f.mu.Lock()
 	roll := f.r.IntN(100)
@@ -214,104 +207,144 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64, crashes bool) {
 	if _, err := c.apply(context.Background(), seedCmd); err != nil {
 		t.Fatal(err)
 	}
-	budgeted := func() map[string]bool { return map[string]bool{"acme": true} }
-	var charged atomic.Int64 // what the emulated providers billed, in nanos
+	run := &escrowRun{c: c, r: r, seed: seed, voters: voters}
 	ctx, stop := context.WithCancel(context.Background())
-	type slot struct {
-		h      atomic.Pointer[BudgetHolder]
-		cancel context.CancelFunc
-		fa     atomic.Pointer[faultyApply]
-		frozen atomic.Bool // no traffic and no sync: a stopped process
-	}
-	slots := make([]*slot, 3)
-	var loops, traffic sync.WaitGroup
-	start := func(n int) {
-		fa := &faultyApply{c: c, r: rand.New(rand.NewPCG(seed, uint64(n)+uint64(time.Now().UnixNano())))}
-		slots[n].fa.Store(fa)
-		h := NewBudgetHolder(fmt.Sprintf("node%d", n), fa.apply, budgeted)
-		h.interval, h.ttl = 20*time.Millisecond, 2*time.Second
-		hctx, cancel := context.WithCancel(ctx)
-		slots[n].h.Store(h)
-		slots[n].cancel = cancel
-		loops.Go(func() { h.Run(hctx) })
-	}
-	for n := range 3 {
-		slots[n] = &slot{}
-		start(n)
-		rr := rand.New(rand.NewPCG(seed, uint64(100+n)))
-		traffic.Go(func() {
-			for ctx.Err() == nil {
-				if slots[n].frozen.Load() {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				upper := float64(1+rr.IntN(20_000)) / 1e6 // up to 2 cents
-				hold, err := slots[n].h.Load().Reserve(ctx, "acme", upper, n%2, time.Now().Add(20*time.Millisecond), time.Now())
-				if err == nil {
-					actual := upper * rr.Float64()
-					charged.Add(int64(RoundNanos(actual)))
-					hold.Settle(actual)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		})
+	for n := range run.slots {
+		run.slots[n] = &escrowSlot{}
+		run.start(ctx, n)
+		run.spend(ctx, n)
 	}
 	// Faults: partitions that heal, leader kills keeping a quorum, and
 	// (with crashes) a node replaced by a new boot.
-	killed, crashed, frozen := 0, 0, 0
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Duration(100+r.IntN(200)) * time.Millisecond)
-		switch i := r.IntN(len(c.servers)); {
-		case r.IntN(5) == 0:
-			// A node frozen, sometimes past its leases' expiry (2 s):
-			// thawed, it must not spend escrow the leader may have
-			// written off, nor report twice what it spent.
-			n := r.IntN(3)
-			fa := slots[n].fa.Load()
-			slots[n].frozen.Store(true)
-			fa.frozen.Store(true)
-			time.Sleep(time.Duration(200+r.IntN(2500)) * time.Millisecond)
-			fa.frozen.Store(false)
-			slots[n].frozen.Store(false)
-			frozen++
-		case crashes && r.IntN(4) == 0:
-			n := r.IntN(3)
-			old := slots[n].h.Load()
-			old.Crash()
-			slots[n].cancel()
-			start(n)
-			crashed++
-		case r.IntN(3) == 0 && killed < (voters-1)/2:
-			if l := c.leader(); l >= 0 {
-				c.kill(l)
-				killed++
-			}
-		default:
-			c.mu.Lock()
-			down := c.down[i]
-			c.mu.Unlock()
-			if !down {
-				c.partition(i, true)
-				time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
-				c.partition(i, false)
-			}
-		}
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		run.fault(ctx, crashes)
 	}
 	stop()
-	traffic.Wait()
-	loops.Wait()
-	// Quiescence: the final syncs of the holders may have met a fault;
-	// send them again until they land.
-	c.waitLeader(10 * time.Second)
-	for _, s := range slots {
+	run.traffic.Wait()
+	run.loops.Wait()
+	run.quiesce(t)
+	run.checkBooks(t)
+}
+
+// escrowSlot is one node of escrowUnderFaults: its budget holder, the
+// faulty path its syncs take, and whether it is frozen.
+type escrowSlot struct {
+	h      atomic.Pointer[BudgetHolder]
+	cancel context.CancelFunc
+	fa     atomic.Pointer[faultyApply]
+	frozen atomic.Bool // no traffic and no sync: a stopped process
+}
+
+// escrowRun is one run of escrowUnderFaults: three nodes spending one
+// budget through a cluster under faults, and what the faults did.
+type escrowRun struct {
+	c              *testCluster
+	r              *rand.Rand
+	seed           uint64
+	voters         int
+	slots          [3]*escrowSlot
+	charged        atomic.Int64 // what the emulated providers billed, in nanos
+	loops, traffic sync.WaitGroup
+
+	killed, crashed, frozen int
+}
+
+// start boots node n's budget holder (again, after a crash).
+func (e *escrowRun) start(ctx context.Context, n int) {
+	budgeted := func() map[string]bool { return map[string]bool{"acme": true} }
+	fa := &faultyApply{c: e.c, r: rand.New(rand.NewPCG(e.seed, uint64(n)+uint64(time.Now().UnixNano())))}
+	e.slots[n].fa.Store(fa)
+	h := NewBudgetHolder(fmt.Sprintf("node%d", n), fa.apply, budgeted)
+	h.interval, h.ttl = 20*time.Millisecond, 2*time.Second
+	hctx, cancel := context.WithCancel(ctx)
+	e.slots[n].h.Store(h)
+	e.slots[n].cancel = cancel
+	e.loops.Go(func() { h.Run(hctx) })
+}
+
+// spend runs node n's traffic until ctx ends: reservations of up to two
+// cents, settled at a random part of what was reserved.
+func (e *escrowRun) spend(ctx context.Context, n int) {
+	rr := rand.New(rand.NewPCG(e.seed, uint64(100+n)))
+	e.traffic.Go(func() {
+		for ctx.Err() == nil {
+			if e.slots[n].frozen.Load() {
+				time.Sleep(time.Millisecond) // a frozen node sends nothing until it is thawed
+				continue
+			}
+			upper := float64(1+rr.IntN(20_000)) / 1e6 // up to 2 cents
+			hold, err := e.slots[n].h.Load().Reserve(ctx, "acme", upper, n%2, time.Now().Add(20*time.Millisecond), time.Now())
+			if err == nil {
+				actual := upper * rr.Float64()
+				e.charged.Add(int64(RoundNanos(actual)))
+				hold.Settle(actual)
+			}
+			time.Sleep(time.Millisecond) // pacing: about a thousand requests a second per node
+		}
+	})
+}
+
+// fault waits a random while, then injects one fault and heals it.
+func (e *escrowRun) fault(ctx context.Context, crashes bool) {
+	r, c := e.r, e.c
+	time.Sleep(time.Duration(100+r.IntN(200)) * time.Millisecond) // traffic runs fault-free this long
+	switch i := r.IntN(len(c.servers)); {
+	case r.IntN(5) == 0:
+		// A node frozen, sometimes past its leases' expiry (2 s):
+		// thawed, it must not spend escrow the leader may have
+		// written off, nor report twice what it spent.
+		n := r.IntN(3)
+		fa := e.slots[n].fa.Load()
+		e.slots[n].frozen.Store(true)
+		fa.frozen.Store(true)
+		time.Sleep(time.Duration(200+r.IntN(2500)) * time.Millisecond) // the freeze lasts this long
+		fa.frozen.Store(false)
+		e.slots[n].frozen.Store(false)
+		e.frozen++
+	case crashes && r.IntN(4) == 0:
+		n := r.IntN(3)
+		old := e.slots[n].h.Load()
+		old.Crash()
+		e.slots[n].cancel()
+		e.start(ctx, n)
+		e.crashed++
+	case r.IntN(3) == 0 && e.killed < (e.voters-1)/2:
+		if l := c.leader(); l >= 0 {
+			c.kill(l)
+			e.killed++
+		}
+	default:
+		c.mu.Lock()
+		down := c.down[i]
+		c.mu.Unlock()
+		if !down {
+			c.partition(i, true)
+			time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond) // the partition lasts this long
+			c.partition(i, false)
+		}
+	}
+}
+
+// quiesce sends the holders' final syncs, which may have met a fault,
+// again until they land.
+func (e *escrowRun) quiesce(t *testing.T) {
+	e.c.waitLeader(10 * time.Second)
+	for _, s := range e.slots {
 		h := s.h.Load()
-		h.apply = c.apply
+		h.apply = e.c.apply
 		h.mu.Lock()
 		h.crashed, h.closing = false, false
 		h.mu.Unlock()
 		wait.For(t, 10*time.Second, "a holder's final sync", func() bool { return h.sync(context.Background(), true) == nil })
 	}
+}
+
+// checkBooks checks the invariants after quiescence: no day settled
+// over its limit, nothing reserved or overspent, and what the providers
+// charged between what was settled less what was written off and what
+// was settled (exactly what was settled with no crash).
+func (e *escrowRun) checkBooks(t *testing.T) {
+	c := e.c
 	if n := c.violations.Load(); n > 0 {
 		t.Fatalf("%d invariant violations; first: %v", n, c.firstBad.Load())
 	}
@@ -327,16 +360,16 @@ func escrowUnderFaults(t *testing.T, voters int, seed uint64, crashes bool) {
 		}
 		settled, forfeited, reserved, over = settled+b.Settled, forfeited+b.Forfeited, reserved+b.Reserved, over+b.Overspend
 	}
-	got := Nanos(charged.Load())
+	got := Nanos(e.charged.Load())
 	switch {
 	case over != 0 || reserved != 0:
 		t.Fatalf("after quiescence: overspend %v, reserved %v (books %+v)", over, reserved, books)
-	case crashed == 0 && settled != got:
+	case e.crashed == 0 && settled != got:
 		t.Fatalf("settled %v, charged %v: with no crash they must be equal", settled, got)
 	case got > settled || got < settled-forfeited:
 		t.Fatalf("charged %v outside [settled %v - written off %v, settled]", got, settled, forfeited)
 	}
-	t.Logf("charged %v over %d day(s) through %d voters (%d killed, %d node crashes, %d nodes frozen, %v written off)", got, len(books), voters, killed, crashed, frozen, forfeited)
+	t.Logf("charged %v over %d day(s) through %d voters (%d killed, %d node crashes, %d nodes frozen, %v written off)", got, len(books), e.voters, e.killed, e.crashed, e.frozen, forfeited)
 }
 
 // A small budget's escrow, all granted to a node that then idles, comes

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // lanCluster starts n nodes with memberlist's LAN timings and waits until
@@ -20,15 +21,14 @@ func lanCluster(b *testing.B, n int) []*testNode {
 		c.Memberlist = memberlist.DefaultLANConfig
 		c.PublishInterval = time.Hour // broadcasts are driven by the benchmark
 	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for _, nd := range nodes {
-		for nd.mesh.numMembers() != n {
-			if time.Now().After(deadline) {
-				b.Fatalf("%s sees %d of %d members", nd.cfg.Name, nd.mesh.numMembers(), n)
+	wait.Every(10*time.Millisecond).For(b, 2*time.Minute, fmt.Sprintf("every node to see %d members", n), func() bool {
+		for _, nd := range nodes {
+			if nd.mesh.numMembers() != n {
+				return false
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return true
+	})
 	return nodes
 }
 
@@ -61,19 +61,15 @@ func BenchmarkBroadcast(b *testing.B) {
 					// Gossip reaches almost every node; the rare one it
 					// misses gets the report by push/pull anti-entropy,
 					// every 30 s scaled up with the mesh's size.
-					for !has(nd.mesh, o) {
-						if time.Since(start) > 3*time.Minute {
-							b.Fatalf("%s never heard of version %d", nd.cfg.Name, version)
-						}
-						time.Sleep(time.Millisecond)
-					}
+					wait.Every(time.Millisecond).For(b, 3*time.Minute, fmt.Sprintf("%s to hear of version %d", nd.cfg.Name, version),
+						func() bool { return has(nd.mesh, o) })
 				}
 				spread = append(spread, time.Since(start))
 				if spread[len(spread)-1] > 5*time.Second {
 					stragglers++
 				}
 				// One observation a second, the load the byte figure is for.
-				time.Sleep(max(0, time.Second-time.Since(start)))
+				time.Sleep(max(0, time.Second-time.Since(start))) // pacing: the load is one observation a second
 			}
 			elapsed := time.Since(t0)
 			var sent uint64
@@ -141,7 +137,7 @@ func BenchmarkQueueUnderChurn(b *testing.B) {
 				sum += d
 				samples++
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // pacing: ten rounds of reports a second
 		}
 	}
 	b.ReportMetric(float64(maxDepth), "max-queue")

@@ -165,7 +165,7 @@ func TestRampIsNeverRefused(t *testing.T) {
 				n.(*atomic.Int64).Add(1)
 			})
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // pacing: the ramp's schedule is followed every 2 ms
 	}
 	wg.Wait()
 	got := map[int]int64{}
@@ -288,10 +288,10 @@ func TestRateShareSpillsToPeersThroughALeaderKill(t *testing.T) {
 		return out
 	}
 	// The load runs throughout; the kill comes a third of the way in.
-	time.Sleep(20 * time.Second)
+	time.Sleep(20 * time.Second) // the load's window before the kill; nothing is awaited
 	before := shares()
 	m.nodes[lead].Kill()
-	time.Sleep(60 * time.Second)
+	time.Sleep(60 * time.Second) // and after it
 	t.Logf("shares before the kill %v, at the end %v", before, shares())
 	stop()
 	wg.Wait()

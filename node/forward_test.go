@@ -366,14 +366,9 @@ func TestForwardCancelReachesFarProvider(t *testing.T) {
 			t.Fatalf("gpu-eu has %d in flight", gpu.Stats().InFlight)
 		}
 		resp.Body.Close()
-		start := time.Now()
-		for gpu.Stats().InFlight != 0 { // polled every millisecond, for the figure
-			if time.Since(start) > 10*time.Second {
-				t.Fatal("the far provider's stream did not end")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		took = append(took, time.Since(start))
+		// Polled every millisecond, for the figure.
+		took = append(took, wait.Every(time.Millisecond).For(t, 10*time.Second, "the far provider's stream to end",
+			func() bool { return gpu.Stats().InFlight == 0 }))
 	}
 	slices.Sort(took)
 	t.Logf("client gone -> far upstream stream closed: median %v, max %v (bound %v)", took[len(took)/2], took[len(took)-1], bound)

@@ -258,7 +258,7 @@ func brokenCompletionTokens(t *testing.T, f *fixture) int {
 // the client: every answer is written under a fresh deadline.
 func TestErrorAfterALongWaitIsDelivered(t *testing.T) {
 	u := hostile(t, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // the provider answers late: that wait is what is tested
 		http.Error(w, `{"error":{"message":"bad","type":"invalid_request_error"}}`, http.StatusBadRequest)
 	})
 	f := startNode(t, nil, func(c *node.Config) {

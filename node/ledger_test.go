@@ -72,7 +72,7 @@ func TestBudgetHoldsAcrossThreeNodes(t *testing.T) {
 						refused.Add(1)
 						streak++
 					case 429: // escrow being topped up: retry
-						time.Sleep(10 * time.Millisecond)
+						time.Sleep(10 * time.Millisecond) // a client's back-off before its retry
 					default:
 						t.Errorf("node %d: %d", i, resp.StatusCode)
 						return

@@ -7,50 +7,18 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmesh/llmesh/route"
+	"go.uber.org/goleak"
 )
 
 // TestMain fails the run if goroutines of the emulator, of an HTTP server
 // or of an HTTP client connection outlive the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(); leaked != "" {
-			os.Stderr.WriteString("leaked goroutines:\n" + leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func leakedGoroutines() string {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "emulator.TestMain") {
-				continue
-			}
-			for _, mark := range []string{"llmesh/sim/emulator.", "net/http.(*conn).serve", "net/http.(*persistConn)"} {
-				if strings.Contains(g, mark) {
-					leaked = append(leaked, g)
-					break
-				}
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	goleak.VerifyTestMain(m)
 }
 
 // testTokenizer is shared by the tests' emulators and checks: loading one

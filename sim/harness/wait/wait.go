@@ -9,21 +9,63 @@ import (
 	"time"
 )
 
-// Interval is how often For polls its condition.
+// Interval is how often For and Until poll their condition.
 const Interval = 5 * time.Millisecond
 
-// For polls cond every Interval until it holds or d passes, and returns
-// how long that took. If d passes first, it fails t with
-// "timed out after d waiting for what" and stops the test (t.Fatalf), so
-// it must be called from the test's goroutine.
+// Poller polls conditions every Interval: Every(d) for conditions that
+// cost more than a memory read (a request to a container, say).
+type Poller struct {
+	// Interval is the pause between two polls.
+	Interval time.Duration
+}
+
+// Every returns a Poller that polls every d.
+func Every(d time.Duration) Poller { return Poller{Interval: d} }
+
+// For polls cond every Interval until it holds or d passes; see
+// Poller.For.
 func For(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return Every(Interval).For(t, d, what, cond)
+}
+
+// Until polls cond every Interval until it returns nil or d passes; see
+// Poller.Until.
+func Until(t testing.TB, d time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	return Every(Interval).Until(t, d, what, cond)
+}
+
+// For polls cond until it holds or d passes, and returns how long that
+// took. If d passes first, it fails t with "timed out after d waiting for
+// what" and stops the test (t.Fatalf), so it must be called from the
+// test's goroutine.
+func (p Poller) For(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
 		if time.Since(start) > d {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
-		time.Sleep(Interval)
+		time.Sleep(p.Interval)
 	}
 	return time.Since(start)
+}
+
+// Until is For with a condition that says why it does not hold yet: it
+// polls cond until it returns nil, and on timeout fails t with
+// "timed out after d waiting for what (last: err)".
+func (p Poller) Until(t testing.TB, d time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > d {
+			t.Fatalf("timed out after %v waiting for %s (last: %v)", d, what, err)
+		}
+		time.Sleep(p.Interval)
+	}
 }

@@ -1,6 +1,7 @@
 package wait_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -55,5 +56,27 @@ func TestForFailsAtTheDeadline(t *testing.T) {
 	}
 	if !strings.Contains(r.msg, "timed out after") || !strings.Contains(r.msg, "20ms") || !strings.Contains(r.msg, "nothing") {
 		t.Fatalf("message %q does not say what was waited for and how long", r.msg)
+	}
+}
+
+// Until fails with the condition's last reason.
+func TestUntilSaysWhyAtTheDeadline(t *testing.T) {
+	r := &recorder{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		wait.Every(time.Millisecond).Until(r, 10*time.Millisecond, "the mesh", func() error { return errors.New("2 of 3 alive") })
+	}()
+	if want := "timed out after 10ms waiting for the mesh (last: 2 of 3 alive)"; r.msg != want {
+		t.Fatalf("message %q, want %q", r.msg, want)
+	}
+	var calls int
+	wait.Until(t, time.Second, "the third call", func() error {
+		if calls++; calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if calls != 3 {
+		t.Fatalf("called %d times, want 3", calls)
 	}
 }
