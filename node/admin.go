@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/views"
 
 	"github.com/llmesh/llmesh/route"
 )
@@ -86,30 +87,15 @@ func fromLoopback(r *http.Request) bool {
 	return err == nil && ip != nil && ip.IsLoopback()
 }
 
-// MemberInfo is one row of GET /v1/mesh/members.
-type MemberInfo struct {
-	Name         string  `json:"name"`
-	Region       string  `json:"region"`
-	Jurisdiction string  `json:"jurisdiction"`
-	Address      string  `json:"address"`
-	HTTP         string  `json:"http"`
-	RPC          string  `json:"rpc,omitempty"`
-	State        string  `json:"state"`
-	Voter        bool    `json:"voter"`
-	RTTMillis    float64 `json:"rtt_ms"` // -1 when not known yet
-	Build        string  `json:"build,omitempty"`
-	Self         bool    `json:"self,omitempty"`
-}
-
 func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 	if n.mesh == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"members": []MemberInfo{{
+		writeJSON(w, http.StatusOK, map[string]any{"members": []views.MemberInfo{{
 			Name: n.s.Name, Region: n.s.Region, Jurisdiction: n.s.Jurisdiction, HTTP: n.HTTPAddr(),
 			State: "alive", Voter: n.s.Voter, RTTMillis: 0, Self: true,
 		}}})
 		return
 	}
-	out := []MemberInfo{}
+	out := []views.MemberInfo{}
 	for _, m := range n.mesh.Members() {
 		rtt := -1.0
 		if m.Self {
@@ -117,7 +103,7 @@ func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 		} else if m.RTTKnown {
 			rtt = float64(m.RTT.Microseconds()) / 1000
 		}
-		out = append(out, MemberInfo{
+		out = append(out, views.MemberInfo{
 			Name: m.Name, Region: m.Meta.Region, Jurisdiction: m.Meta.Jurisdiction, Address: m.Addr,
 			HTTP: m.Meta.HTTP, RPC: m.Meta.RPC, State: m.State, Voter: m.Meta.Voter, RTTMillis: rtt,
 			Build: m.Meta.Build, Self: m.Self,
@@ -126,63 +112,26 @@ func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"members": out})
 }
 
-// ProviderInfo is one provider in GET /v1/mesh/providers: this node's
-// merged view, and each node's report.
-type ProviderInfo struct {
-	Name          string           `json:"name"`
-	Kind          string           `json:"kind"`
-	Region        string           `json:"region"`
-	Reach         string           `json:"reach"`
-	Jurisdictions string           `json:"jurisdictions"`
-	Models        []string         `json:"models"`
-	View          ProviderView     `json:"view"`
-	Observers     []ObserverReport `json:"observers"`
-}
-
-// ProviderView is what this node's planner sees of a provider.
-type ProviderView struct {
-	Ejected        bool    `json:"ejected"`
-	Degraded       bool    `json:"degraded"`
-	CoolingSeconds float64 `json:"cooling_s"`
-	TTFTMillis     float64 `json:"ttft_ms"`
-	LatencyMillis  float64 `json:"latency_ms"`
-	ErrorRate      float64 `json:"error_rate"`
-}
-
-// ObserverReport is one node's observation of a provider.
-type ObserverReport struct {
-	Observer          string  `json:"observer"`
-	AgeSeconds        float64 `json:"age_s"`
-	TTFTMillis        float64 `json:"ttft_ms"`
-	LatencyMillis     float64 `json:"latency_ms"`
-	ErrorRate         float64 `json:"error_rate"`
-	Ejected           bool    `json:"ejected"`
-	CoolingSeconds    float64 `json:"cooling_s"`
-	IdleSeconds       float64 `json:"idle_s"`
-	RemainingRequests int64   `json:"remaining_requests"`
-	RemainingTokens   int64   `json:"remaining_tokens"`
-}
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 	now := n.now()
-	reports := map[string][]ObserverReport{}
+	reports := map[string][]views.ObserverReport{}
 	if n.mesh != nil {
 		for _, rep := range n.mesh.Reports() {
-			reports[rep.Provider] = append(reports[rep.Provider], ObserverReport{
+			reports[rep.Provider] = append(reports[rep.Provider], views.ObserverReport{
 				Observer: rep.Observer, AgeSeconds: rep.Age.Seconds(), TTFTMillis: ms(rep.TTFT), LatencyMillis: ms(rep.Latency),
 				ErrorRate: rep.ErrorRate, Ejected: rep.Ejected, CoolingSeconds: rep.CoolingFor.Seconds(),
 				IdleSeconds: rep.IdleFor.Seconds(), RemainingRequests: rep.RemainingReq, RemainingTokens: rep.RemainingTok,
 			})
 		}
 	}
-	out := []ProviderInfo{}
+	out := []views.ProviderInfo{}
 	for _, p := range n.catalog().Providers() {
 		h := n.planner().Health.Health(p.Name, now)
-		info := ProviderInfo{
+		info := views.ProviderInfo{
 			Name: p.Name, Kind: string(p.Kind), Region: p.Region, Reach: string(p.Reach), Jurisdictions: p.Jurisdictions.String(),
-			View:      ProviderView{Ejected: h.Ejected, Degraded: h.Degraded, TTFTMillis: ms(h.TTFT), LatencyMillis: ms(h.Latency), ErrorRate: h.ErrorRate},
+			View:      views.ProviderView{Ejected: h.Ejected, Degraded: h.Degraded, TTFTMillis: ms(h.TTFT), LatencyMillis: ms(h.Latency), ErrorRate: h.ErrorRate},
 			Observers: reports[p.Name],
 		}
 		if h.CoolingUntil.After(now) {
@@ -192,7 +141,7 @@ func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 			info.Models = append(info.Models, m.Name)
 		}
 		if info.Observers == nil {
-			info.Observers = []ObserverReport{}
+			info.Observers = []views.ObserverReport{}
 		}
 		out = append(out, info)
 	}
@@ -231,20 +180,6 @@ func (n *Node) join(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"joined": joined, "members": len(n.mesh.Members())})
 }
 
-// BudgetInfo is one tenant's budget period in GET /v1/mesh/budgets.
-type BudgetInfo struct {
-	Tenant        string  `json:"tenant"`
-	Period        string  `json:"period"`
-	LimitUSD      float64 `json:"limit_usd"`
-	SettledUSD    float64 `json:"settled_usd"`
-	ReservedUSD   float64 `json:"reserved_usd"`
-	RemainingUSD  float64 `json:"remaining_usd"`
-	ForfeitedUSD  float64 `json:"forfeited_usd"`
-	OverspendUSD  float64 `json:"overspend_usd"`
-	Leases        int     `json:"leases"`
-	ExpiredLeases int     `json:"expired_leases"`
-}
-
 // budgets serves GET /v1/mesh/budgets?consistency=linearizable|stale
 // (default linearizable: served by the leader after a barrier).
 func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
@@ -253,9 +188,9 @@ func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	out := []BudgetInfo{}
+	out := []views.BudgetInfo{}
 	for _, bv := range books {
-		out = append(out, BudgetInfo{Tenant: bv.Tenant, Period: bv.Period, LimitUSD: bv.Limit.USD(), SettledUSD: bv.Settled.USD(),
+		out = append(out, views.BudgetInfo{Tenant: bv.Tenant, Period: bv.Period, LimitUSD: bv.Limit.USD(), SettledUSD: bv.Settled.USD(),
 			ReservedUSD: bv.Reserved.USD(), RemainingUSD: bv.Remaining.USD(), ForfeitedUSD: bv.Forfeited.USD(),
 			OverspendUSD: bv.Overspend.USD(), Leases: bv.Leases, ExpiredLeases: bv.Expired})
 	}

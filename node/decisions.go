@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
@@ -57,39 +58,10 @@ func (d *decisions) last(limit int) []decision {
 	return out
 }
 
-// Decision is one routing decision in GET /v1/mesh/decisions.
-type Decision struct {
-	Time        time.Time     `json:"time"`
-	RequestID   string        `json:"request_id"`
-	Tenant      string        `json:"tenant"`
-	Model       string        `json:"model"`
-	Stream      bool          `json:"stream"`
-	Provider    string        `json:"provider,omitempty"`
-	Replica     string        `json:"replica,omitempty"`
-	Via         string        `json:"via,omitempty"`          // the node that called the provider, when not this one
-	ForwardedBy string        `json:"forwarded_by,omitempty"` // the node that sent the request here
-	Status      int           `json:"status"`
-	Outcome     string        `json:"outcome"`
-	Millis      int64         `json:"ms"`
-	CostUSD     float64       `json:"cost_usd"`
-	Attempts    []AttemptView `json:"attempts"`
-	// Why is the route's explanation (as in X-LLMesh-Route), or the
-	// error the request was answered with.
-	Why string `json:"why"`
-}
-
-// AttemptView is one call a decision made.
-type AttemptView struct {
-	Provider string `json:"provider"`
-	Outcome  string `json:"outcome"`
-	Status   int    `json:"status,omitempty"`
-	Millis   int64  `json:"ms"`
-}
-
-func (e *decision) view(red *route.Redactor) Decision {
-	v := Decision{Time: e.at, RequestID: e.id, Tenant: e.tenant, Model: e.model, Stream: e.stream, Provider: e.provider,
+func (e *decision) view(red *route.Redactor) views.Decision {
+	v := views.Decision{Time: e.at, RequestID: e.id, Tenant: e.tenant, Model: e.model, Stream: e.stream, Provider: e.provider,
 		ForwardedBy: e.origin, Status: e.status, Outcome: outcome(e.status, e.res), Millis: e.took.Milliseconds(),
-		Attempts: []AttemptView{}}
+		Attempts: []views.AttemptView{}}
 	if e.res != nil {
 		v.Replica = e.res.Replica
 		if e.res.Target != nil {
@@ -97,7 +69,7 @@ func (e *decision) view(red *route.Redactor) Decision {
 			v.CostUSD = e.res.Cost
 		}
 		for _, a := range e.res.Attempts {
-			v.Attempts = append(v.Attempts, AttemptView{Provider: a.Provider, Outcome: string(a.Outcome), Status: a.Status, Millis: a.Duration.Milliseconds()})
+			v.Attempts = append(v.Attempts, views.AttemptView{Provider: a.Provider, Outcome: string(a.Outcome), Status: a.Status, Millis: a.Duration.Milliseconds()})
 		}
 		v.Why = e.res.Route()
 	}
@@ -120,7 +92,7 @@ func (n *Node) decisionsHandler(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = min(k, decisionsKept)
 	}
-	out := []Decision{}
+	out := []views.Decision{}
 	for _, e := range n.decided.last(limit) {
 		out = append(out, e.view(n.red))
 	}

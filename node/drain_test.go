@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
@@ -28,7 +29,7 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 	leader := -1
 	wait.For(t, 20*time.Second, "a leader", func() bool {
 		for i, u := range m.urls {
-			var st node.Status
+			var st views.Status
 			if getJSON(t, u+"/v1/mesh/status", "", &st) == http.StatusOK && st.Raft == "Leader" {
 				leader = i
 				return true
@@ -129,7 +130,7 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 	}
 	t.Logf("the drained node stopped %s after the drain began", time.Since(drainStart).Round(time.Millisecond))
 	wait.For(t, 15*time.Second, "another leader, the drained node left and out of Raft", func() bool {
-		var st node.Status
+		var st views.Status
 		if getJSON(t, others[0]+"/v1/mesh/status", "", &st) != http.StatusOK || st.Leader == "" || st.Leader == name || st.Members["left"] != 1 {
 			return false
 		}

@@ -5,61 +5,10 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
-
-// Explanation is the answer of POST /v1/route/explain: the plan a request
-// would get from this node now, in the order its targets would be tried,
-// and why every provider serving the model was kept or dropped. Nothing is
-// sent, reserved or remembered.
-type Explanation struct {
-	Node          string        `json:"node"`
-	Tenant        string        `json:"tenant,omitempty"`
-	Model         string        `json:"model"`
-	Group         string        `json:"group,omitempty"`
-	GroupChoice   string        `json:"group_choice,omitempty"`
-	Residency     string        `json:"residency"`
-	StrictTransit bool          `json:"strict_transit,omitempty"`
-	Session       string        `json:"session,omitempty"`
-	Policy        string        `json:"policy,omitempty"`
-	PromptTokens  int           `json:"prompt_tokens_estimate"`
-	OutputTokens  int           `json:"max_output_tokens"`
-	Targets       []TargetView  `json:"targets"`
-	Dropped       []DroppedView `json:"dropped"`
-	Route         string        `json:"route,omitempty"` // X-LLMesh-Route if the first target answers
-	Error         *ExplainError `json:"error,omitempty"` // what the request would get instead
-}
-
-// TargetView is one target of a plan.
-type TargetView struct {
-	Rank       int      `json:"rank"`
-	Provider   string   `json:"provider"`
-	Model      string   `json:"model"`
-	Replica    string   `json:"replica,omitempty"`
-	Via        string   `json:"via"`
-	ViaRTTMs   float64  `json:"via_rtt_ms,omitempty"`
-	EstCostUSD float64  `json:"est_cost_usd"`
-	MaxCostUSD float64  `json:"max_cost_usd"`
-	TTFTMs     float64  `json:"ttft_ms,omitempty"`
-	LatencyMs  float64  `json:"latency_ms,omitempty"`
-	Why        []string `json:"why"`
-}
-
-// DroppedView is a provider the plan left out.
-type DroppedView struct {
-	Provider  string  `json:"provider"`
-	Reason    string  `json:"reason"`
-	Residency bool    `json:"residency,omitempty"` // dropped to keep the data where it may go
-	RetryInMs float64 `json:"retry_in_ms,omitempty"`
-}
-
-// ExplainError is the error the request would get.
-type ExplainError struct {
-	Status  int    `json:"status"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
 
 // explain serves POST /v1/route/explain. A tenant's key explains for that
 // tenant; the admin token (or, without one, a loopback caller) may name
@@ -103,21 +52,21 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := Explanation{
+	out := views.Explanation{
 		Node: n.s.Name, Tenant: req.Tenant, Model: chat.Model, Residency: req.Residency.String(),
-		StrictTransit: req.StrictTransit, Session: req.Session, Targets: []TargetView{}, Dropped: []DroppedView{},
+		StrictTransit: req.StrictTransit, Session: req.Session, Targets: []views.TargetView{}, Dropped: []views.DroppedView{},
 	}
 	plan, err := n.planner().Plan(req, n.now())
 	if err != nil {
 		status, e := n.classify(err)
-		out.Error = &ExplainError{Status: status, Code: e.Code, Message: e.Message}
+		out.Error = &views.ExplainError{Status: status, Code: e.Code, Message: e.Message}
 	}
 	if plan != nil {
 		out.Group, out.GroupChoice, out.Policy = plan.Group, plan.Choice, plan.Policy
 		out.PromptTokens, out.OutputTokens = plan.PromptTokens, plan.OutputTokens
 		for i := range plan.Targets {
 			tg := &plan.Targets[i]
-			v := TargetView{
+			v := views.TargetView{
 				Rank: i + 1, Provider: tg.Provider(), Model: tg.Offer.Model.Name, Via: tg.Via,
 				EstCostUSD: tg.Cost, MaxCostUSD: tg.MaxCost, ViaRTTMs: ms(tg.ViaRTT),
 				TTFTMs: ms(tg.Health.TTFT), LatencyMs: ms(tg.Health.Latency), Why: plan.Why(i),
@@ -131,7 +80,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 			out.Targets = append(out.Targets, v)
 		}
 		for _, s := range plan.Skipped {
-			out.Dropped = append(out.Dropped, DroppedView{Provider: s.Provider, Reason: s.Reason, Residency: s.Residency, RetryInMs: ms(s.RetryIn)})
+			out.Dropped = append(out.Dropped, views.DroppedView{Provider: s.Provider, Reason: s.Reason, Residency: s.Residency, RetryInMs: ms(s.RetryIn)})
 		}
 		if len(plan.Targets) > 0 {
 			out.Route = plan.Explain(0, nil)

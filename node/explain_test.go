@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 )
 
 // POST /v1/route/explain returns the plan a request would get, why each
@@ -21,7 +22,7 @@ func TestExplain(t *testing.T) {
 		c.Groups = []node.GroupSection{{Name: "auto", Members: []string{"gpt-4o-mini", "gpt-4o"},
 			Tiers: []node.TierSection{{MaxPromptTokens: 50, Members: []string{"gpt-4o-mini"}}, {Members: []string{"gpt-4o"}}}}}
 	})
-	explain := func(key, body string) node.Explanation {
+	explain := func(key, body string) views.Explanation {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/route/explain", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -30,7 +31,7 @@ func TestExplain(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var e node.Explanation
+		var e views.Explanation
 		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&e) != nil {
 			t.Fatalf("explain: %d", resp.StatusCode)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
@@ -60,11 +61,11 @@ func TestKeyRevokedOnEveryNode(t *testing.T) {
 		}
 	}
 	wait.For(t, 5*time.Second, "every node to take the new key", allAnswer(key, 200))
-	var doc struct{ Tenants []node.TenantInfo }
+	var doc struct{ Tenants []views.TenantInfo }
 	if code := getJSON(t, m.urls[2]+"/v1/mesh/tenants", "", &doc); code != 200 {
 		t.Fatalf("tenants: %d", code)
 	}
-	var acme *node.TenantInfo
+	var acme *views.TenantInfo
 	for i := range doc.Tenants {
 		if doc.Tenants[i].Name == "acme" {
 			acme = &doc.Tenants[i]

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
@@ -38,9 +39,9 @@ func fastRaft(i int, o *node.Options) {
 	o.LedgerTuning = func(c *consensus.ServerConfig) { c.Timings = consensus.FastTimings }
 }
 
-func budgetsOf(t *testing.T, url string) []node.BudgetInfo {
+func budgetsOf(t *testing.T, url string) []views.BudgetInfo {
 	t.Helper()
-	var doc struct{ Budgets []node.BudgetInfo }
+	var doc struct{ Budgets []views.BudgetInfo }
 	if code := getJSON(t, url+"/v1/mesh/budgets", "", &doc); code != 200 {
 		t.Fatalf("budgets: %d", code)
 	}
@@ -91,7 +92,7 @@ func TestBudgetHoldsAcrossThreeNodes(t *testing.T) {
 			t.Fatalf("node %d answered %d once the budget was spent", i, resp.StatusCode)
 		}
 	}
-	var b node.BudgetInfo
+	var b views.BudgetInfo
 	wait.For(t, 10*time.Second, "every node's spend to be settled", func() bool {
 		b = budgetsOf(t, m.urls[1])[0]
 		return math.Abs(b.SettledUSD-charged) < float64(ok.Load()+1)*1e-9
@@ -311,7 +312,7 @@ func TestVoterRestartRecovers(t *testing.T) {
 			t.Fatal(resp.Status)
 		}
 	}
-	var before node.BudgetInfo
+	var before views.BudgetInfo
 	wait.For(t, 10*time.Second, "spend settled", func() bool {
 		before = budgetsOf(t, m.urls[0])[0]
 		return before.SettledUSD > 0
@@ -319,7 +320,7 @@ func TestVoterRestartRecovers(t *testing.T) {
 	// Restart node-1 on the same addresses, as a real restart would.
 	victim := m.nodes[1]
 	cfg := cfgs[1]
-	var members struct{ Members []node.MemberInfo }
+	var members struct{ Members []views.MemberInfo }
 	getJSON(t, m.urls[1]+"/v1/mesh/members", "", &members)
 	for _, mem := range members.Members {
 		if mem.Self {
@@ -349,7 +350,7 @@ func TestVoterRestartRecovers(t *testing.T) {
 	url := "http://" + again.HTTPAddr()
 	// At once, before it could have caught up from the leader, its
 	// replica holds the ledger of its snapshot.
-	var restored struct{ Budgets []node.BudgetInfo }
+	var restored struct{ Budgets []views.BudgetInfo }
 	getJSON(t, url+"/v1/mesh/budgets?consistency=stale", "", &restored)
 	if len(restored.Budgets) != 1 || restored.Budgets[0].LimitUSD != 7 {
 		t.Fatalf("right after the restart the replica holds %+v", restored.Budgets)
@@ -357,7 +358,7 @@ func TestVoterRestartRecovers(t *testing.T) {
 	wait.For(t, 20*time.Second, "the restarted voter to be ready", again.Ready)
 	var stale struct {
 		Consistency string
-		Budgets     []node.BudgetInfo
+		Budgets     []views.BudgetInfo
 	}
 	wait.For(t, 10*time.Second, "its replica to hold the ledger again", func() bool {
 		getJSON(t, url+"/v1/mesh/budgets?consistency=stale", "", &stale)

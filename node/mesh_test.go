@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
@@ -138,10 +139,10 @@ func TestFailureSeenByOneNodeReroutesAnother(t *testing.T) {
 	}
 }
 
-func providerView(t *testing.T, url, name string) node.ProviderView {
+func providerView(t *testing.T, url, name string) views.ProviderView {
 	t.Helper()
 	var doc struct {
-		Providers []node.ProviderInfo `json:"providers"`
+		Providers []views.ProviderInfo `json:"providers"`
 	}
 	getJSON(t, url+"/v1/mesh/providers", "", &doc)
 	for _, p := range doc.Providers {
@@ -150,7 +151,7 @@ func providerView(t *testing.T, url, name string) node.ProviderView {
 		}
 	}
 	t.Fatalf("no provider %s", name)
-	return node.ProviderView{}
+	return views.ProviderView{}
 }
 
 func getJSON(t *testing.T, url, token string, v any) int {
@@ -188,7 +189,7 @@ func TestMeshAdminAPI(t *testing.T) {
 			t.Fatalf("%s with a wrong token: %d", path, code)
 		}
 	}
-	var members struct{ Members []node.MemberInfo }
+	var members struct{ Members []views.MemberInfo }
 	wait.For(t, 10*time.Second, "RTT estimates to every peer", func() bool {
 		getJSON(t, url+"/v1/mesh/members", "admin-secret", &members)
 		for _, mem := range members.Members {
@@ -212,7 +213,7 @@ func TestMeshAdminAPI(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	wait.For(t, 5*time.Second, "node-0's report to reach node-1", func() bool {
-		var doc struct{ Providers []node.ProviderInfo }
+		var doc struct{ Providers []views.ProviderInfo }
 		getJSON(t, url+"/v1/mesh/providers", "admin-secret", &doc)
 		for _, o := range doc.Providers[0].Observers {
 			if o.Observer == "node-0" && o.LatencyMillis > 0 {
@@ -308,7 +309,7 @@ func TestReadyOnlyOnceJoined(t *testing.T) {
 	if code := getJSON(t, url+"/readyz", "", &struct{}{}); code != 200 {
 		t.Fatalf("readyz after joining: %d", code)
 	}
-	var doc struct{ Members []node.MemberInfo }
+	var doc struct{ Members []views.MemberInfo }
 	getJSON(t, url+"/v1/mesh/members", "", &doc)
 	if len(doc.Members) != 2 {
 		t.Fatalf("members %+v", doc.Members)

@@ -7,84 +7,23 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/llmesh/llmesh/node/views"
 )
-
-// Status is GET /v1/mesh/status: one node's view of itself and the mesh.
-type Status struct {
-	Node         string `json:"node"`
-	Region       string `json:"region"`
-	Jurisdiction string `json:"jurisdiction"`
-	Build        string `json:"build,omitempty"`
-	// Phase is serving, or where a drain is: grace, finishing, settling,
-	// leaving, stopped.
-	Phase    string `json:"phase"`
-	Ready    bool   `json:"ready"`
-	InFlight int64  `json:"in_flight"`
-	// Role is voter or member (a node that leases from the voters), and
-	// Raft the voter's Raft state (Leader, Follower, Candidate).
-	Role   string `json:"role"`
-	Raft   string `json:"raft,omitempty"`
-	Leader string `json:"leader"` // "" when none is known
-	// Members counts the mesh's members by state (alive, draining,
-	// suspect, failed, left).
-	Members map[string]int `json:"members"`
-	// Providers are those this node's planner sees healthy, and Unhealthy
-	// the rest (ejected or cooling down after a 429).
-	Providers []string `json:"healthy_providers"`
-	Unhealthy []string `json:"unhealthy_providers"`
-	// Leases are the budget leases and rate shares this node holds.
-	Leases     []LeaseInfo     `json:"budget_leases"`
-	RateShares []RateShareInfo `json:"rate_shares"`
-	// Admission is this node's admission queue.
-	Admission AdmissionInfo `json:"admission"`
-	UptimeSec float64       `json:"uptime_s"`
-}
-
-// AdmissionInfo is how requests wait for budget escrow or a rate share on
-// a node: how many wait now, and how many did since it started and for
-// how long in all.
-type AdmissionInfo struct {
-	Waiting    int     `json:"waiting"`
-	Waited     int64   `json:"waited_total"`
-	WaitedSec  float64 `json:"waited_seconds_total"`
-	MaxWaitSec float64 `json:"max_wait_s"` // limits.admission_wait
-	QueueLimit int     `json:"queue_limit"`
-}
-
-// LeaseInfo is a budget lease this node holds.
-type LeaseInfo struct {
-	Tenant      string  `json:"tenant"`
-	Period      string  `json:"period"`
-	GrantedUSD  float64 `json:"granted_usd"`
-	SpentUSD    float64 `json:"spent_usd"`
-	InflightUSD float64 `json:"inflight_usd"`
-	ExpiresSec  float64 `json:"expires_in_s"`
-}
-
-// RateShareInfo is this node's share of a provider's mesh-wide rate, per
-// minute (-1: unlimited).
-type RateShareInfo struct {
-	Provider string  `json:"provider"`
-	RPM      float64 `json:"rpm"`
-	TPM      float64 `json:"tpm"`
-	// Spare is what is left of it in the current window, in requests
-	// (gossiped: peers whose share is spent forward here); -1 unknown.
-	Spare int `json:"spare"`
-}
 
 func (n *Node) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, n.Status(r.Context()))
 }
 
 // Status returns the node's view of itself and the mesh.
-func (n *Node) Status(ctx context.Context) Status {
+func (n *Node) Status(ctx context.Context) views.Status {
 	now := n.now()
-	st := Status{
+	st := views.Status{
 		Node: n.s.Name, Region: n.s.Region, Jurisdiction: n.s.Jurisdiction, Build: n.version,
 		Phase: n.Phase(), Ready: n.Ready(), InFlight: n.inFlight.Load(), Role: "member",
 		Members: map[string]int{}, Providers: []string{}, Unhealthy: []string{},
-		Leases: []LeaseInfo{}, RateShares: []RateShareInfo{}, UptimeSec: now.Sub(n.started).Seconds(),
-		Admission: AdmissionInfo{Waited: n.admitted.waited.Load(), WaitedSec: time.Duration(n.admitted.waitedNs.Load()).Seconds(),
+		Leases: []views.LeaseInfo{}, RateShares: []views.RateShareInfo{}, UptimeSec: now.Sub(n.started).Seconds(),
+		Admission: views.AdmissionInfo{Waited: n.admitted.waited.Load(), WaitedSec: time.Duration(n.admitted.waitedNs.Load()).Seconds(),
 			MaxWaitSec: n.s.AdmissionWait.Seconds(), QueueLimit: n.s.AdmissionQueue},
 	}
 	if n.s.Voter {
@@ -114,7 +53,7 @@ func (n *Node) Status(ctx context.Context) Status {
 			st.Leader = l.leaderName(ctx)
 		}
 		for _, hl := range l.budgets.Leases() {
-			st.Leases = append(st.Leases, LeaseInfo{Tenant: hl.Tenant, Period: hl.Period, GrantedUSD: hl.Granted.USD(),
+			st.Leases = append(st.Leases, views.LeaseInfo{Tenant: hl.Tenant, Period: hl.Period, GrantedUSD: hl.Granted.USD(),
 				SpentUSD: hl.Spent.USD(), InflightUSD: hl.Inflight.USD(), ExpiresSec: max(hl.Expires.Sub(now).Seconds(), 0)})
 		}
 		st.Admission.Waiting = l.budgets.Waiting() + int(n.admitted.rateWaiting.Load())
@@ -123,7 +62,7 @@ func (n *Node) Status(ctx context.Context) Status {
 			spare[s.Provider] = s.Requests
 		}
 		for p, s := range l.rates.Shares(now) {
-			info := RateShareInfo{Provider: p, RPM: s[0], TPM: s[1], Spare: -1}
+			info := views.RateShareInfo{Provider: p, RPM: s[0], TPM: s[1], Spare: -1}
 			if v, ok := spare[p]; ok {
 				info.Spare = v
 			}
@@ -135,7 +74,7 @@ func (n *Node) Status(ctx context.Context) Status {
 			}
 			st.RateShares = append(st.RateShares, info)
 		}
-		slices.SortFunc(st.RateShares, func(a, b RateShareInfo) int { return strings.Compare(a.Provider, b.Provider) })
+		slices.SortFunc(st.RateShares, func(a, b views.RateShareInfo) int { return strings.Compare(a.Provider, b.Provider) })
 	}
 	return st
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
@@ -139,18 +140,6 @@ func bearer(h string) string {
 	return ""
 }
 
-// TenantInfo is one tenant in GET /v1/mesh/tenants. Keys are named by
-// their id (consensus.KeyID), never shown.
-type TenantInfo struct {
-	Name          string   `json:"name"`
-	Residency     string   `json:"residency,omitempty"`
-	StrictTransit bool     `json:"strict_transit,omitempty"`
-	Keys          []string `json:"keys"`
-	Revoked       []string `json:"revoked"`
-	BudgetUSD     *float64 `json:"budget_usd,omitempty"`
-	BudgetPeriod  string   `json:"budget_period,omitempty"`
-}
-
 // tenantsList serves GET /v1/mesh/tenants: the ledger's tenants, read
 // through the leader.
 func (n *Node) tenantsList(w http.ResponseWriter, r *http.Request) {
@@ -158,9 +147,9 @@ func (n *Node) tenantsList(w http.ResponseWriter, r *http.Request) {
 	if _, ok := n.readLedgerView(w, r, "tenants", true, &ts); !ok {
 		return
 	}
-	out := []TenantInfo{}
+	out := []views.TenantInfo{}
 	for _, t := range ts {
-		ti := TenantInfo{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Keys: []string{}, Revoked: []string{}}
+		ti := views.TenantInfo{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Keys: []string{}, Revoked: []string{}}
 		for _, h := range t.KeySHA256 {
 			ti.Keys = append(ti.Keys, consensus.KeyID(h))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
 )
 
@@ -315,7 +316,7 @@ func TestRecentDecisions(t *testing.T) {
 	f.post(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`, "X-Request-Id", "d-2")
 	var doc struct {
 		Node      string
-		Decisions []node.Decision
+		Decisions []views.Decision
 	}
 	if code := getJSON(t, f.url+"/v1/mesh/decisions?limit=2", "", &doc); code != 200 || len(doc.Decisions) != 2 {
 		t.Fatalf("%d: %+v", code, doc)

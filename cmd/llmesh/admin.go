@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 )
 
 // adminClient talks to a node's admin API for the operator verbs.
@@ -109,7 +109,7 @@ func printJSON(w io.Writer, raw []byte) error {
 
 func runMembers(args []string, stdout, stderr io.Writer) int {
 	return verb("members", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
-		var doc struct{ Members []node.MemberInfo }
+		var doc struct{ Members []views.MemberInfo }
 		raw, err := c.do(http.MethodGet, "/v1/mesh/members", nil, &doc)
 		if err != nil || c.json {
 			return orJSON(stdout, raw, err)
@@ -134,7 +134,7 @@ func runProviders(args []string, stdout, stderr io.Writer) int {
 	return verb("providers", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
 		var doc struct {
 			Node      string
-			Providers []node.ProviderInfo
+			Providers []views.ProviderInfo
 		}
 		raw, err := c.do(http.MethodGet, "/v1/mesh/providers", nil, &doc)
 		if err != nil || c.json {
@@ -230,7 +230,7 @@ func runBudgets(args []string, stdout, stderr io.Writer) int {
 	}
 	var doc struct {
 		Consistency string
-		Budgets     []node.BudgetInfo
+		Budgets     []views.BudgetInfo
 	}
 	raw, err := c.do(http.MethodGet, "/v1/mesh/budgets?consistency="+*consistency, nil, &doc)
 	if err != nil || c.json {

@@ -11,13 +11,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 )
 
 // runStatus prints a node's view of itself and the mesh.
 func runStatus(args []string, stdout, stderr io.Writer) int {
 	return verb("status", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
-		var st node.Status
+		var st views.Status
 		raw, err := c.do(http.MethodGet, "/v1/mesh/status", nil, &st)
 		if err != nil || c.json {
 			return orJSON(stdout, raw, err)
@@ -137,7 +137,7 @@ func awaitStopped(c *adminClient, stdout io.Writer, name string, bound time.Dura
 	c.http.Timeout = 2 * time.Second
 	last := ""
 	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		var st node.Status
+		var st views.Status
 		_, err := c.do(http.MethodGet, "/v1/mesh/status", nil, &st)
 		if err != nil {
 			// The node closed its listener: nothing more to follow.
