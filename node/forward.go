@@ -20,10 +20,10 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
-	"github.com/llmesh/llmesh/node/tracing"
 	pb "github.com/llmesh/llmesh/proto"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // forwardChunk bounds one Data message: a large non-streamed answer goes
@@ -51,105 +51,40 @@ const hopSlack = 5 * time.Second
 // every target passes this node's own planner and guard.
 type meshService struct {
 	pb.UnimplementedMeshServer
-	n *Node
+	name    string
+	tenants func() *tenantKeys
+	serve   func(context.Context, *inbound, answerSink) answer
+	now     func() time.Time
+	// received counts the forwards that reached this node.
+	received prometheus.Counter
 }
 
+// Forward serves a peer's forward over the pipeline, and ends the answer
+// with a trailer: what was served, or the refusal's error code.
 func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServer) error {
-	n := s.n
-	start := n.now()
-	n.metrics.inFlight.Inc()
-	n.inFlight.Add(1)
-	n.metrics.forwardsIn.Inc()
-	defer func() {
-		n.metrics.inFlight.Dec()
-		n.inFlight.Add(-1)
-	}()
+	s.received.Inc()
+	ctx := stream.Context()
 	sink := &streamSink{stream: stream, header: http.Header{}}
-	var (
-		model, tenant = "unknown", in.Tenant
-		res           *route.Result
-		status        int
-		streaming     bool
-		failure       error
-		// The forwarding node's span is this one's parent.
-		sp, traceparent = n.tracer.Begin(incomingMetadata(stream.Context(), "traceparent"), start)
-		residency       region.Residency // once the tenant is known
-		strict          bool
-	)
-	defer func() {
-		provider := ""
-		if res != nil {
-			provider = res.Provider
-		}
-		n.account(decision{at: start, id: in.RequestId, tenant: tenant, model: model, provider: provider, origin: in.Origin,
-			status: status, stream: streaming, res: res, err: failure, residency: residency, strict: strict}, sp)
-	}()
-	refuse := func(err error) error {
-		failure = err
-		status = n.writeError(sink, err)
-		if status == statusClientClosed {
-			return nil
-		}
-		_, e := classify(err)
+	t, ok := s.tenants().named(in.Tenant)
+	req := &inbound{origin: fromPeer, tenant: t, claimed: in.Tenant, body: in.Body, session: in.Session,
+		residency: in.Residency, strict: in.StrictTransit, sender: in.Origin, hint: in.Provider, spill: in.Spill,
+		traceparent: incomingMetadata(ctx, "traceparent"), tracestate: incomingMetadata(ctx, "tracestate"),
+		id: in.RequestId, start: s.now()}
+	if in.Handoff {
+		req.origin = fromHandoff
+	}
+	if !ok {
+		req.authErr = fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, s.name)
+	}
+	a := s.serve(ctx, req, sink)
+	switch {
+	case a.status == statusClientClosed:
+		return nil
+	case a.err != nil:
+		_, e := classify(a.err)
 		return sink.finish(&pb.Trailer{ErrorCode: e.Code})
 	}
-	if !n.ready.Load() || (in.Handoff && n.draining.Load()) {
-		// The sender tries another node.
-		return refuse(fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.Name))
-	}
-	t, ok := n.tenants.Load().named(in.Tenant)
-	if !ok {
-		return refuse(fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.Name))
-	}
-	residency, strict = n.policyOf(t)
-	if in.Residency != "" {
-		r, err := residency.Narrow(region.Jurisdiction(in.Residency))
-		if err != nil {
-			// The sender thinks the tenant may go further than this node
-			// does: this node's view holds.
-			return refuse(fmt.Errorf("%w: node %s: %v", route.ErrNoCompliantProvider, n.s.Name, err))
-		}
-		residency = r
-	}
-	strict = strict || in.StrictTransit
-	if strict && residency.Restricted() && !n.memberIn(in.Origin, residency.Jurisdiction) {
-		// The data already passed through a node outside its
-		// jurisdiction, or one this node cannot place: not through here.
-		return refuse(fmt.Errorf("%w: node %s: strict transit: the sending node %s is not in jurisdiction %s",
-			route.ErrNoCompliantProvider, n.s.Name, in.Origin, residency.Jurisdiction))
-	}
-	n.logPrompt(in.RequestId, t.Name, in.Body)
-	chat, err := n.parseChat(in.Body)
-	if err != nil {
-		return refuse(err)
-	}
-	streaming = chat.Stream
-	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
-	if rt.catalog.Serves(chat.Model) {
-		model = chat.Model
-	}
-	req := &route.Request{
-		Chat: chat, Tenant: t.Name, Residency: residency, StrictTransit: strict,
-		Session: in.Session, Forwarded: !in.Handoff, Hint: in.Provider, ID: in.RequestId,
-		TraceParent: traceparent, TraceState: tracing.State(traceparent, incomingMetadata(stream.Context(), "tracestate")),
-		Priority: t.Priority, AdmitBy: start.Add(n.s.AdmissionWait), Spilled: in.Spill,
-	}
-	if n.draining.Load() {
-		req.AdmitBy = start // a draining node does not hold a peer's request in its queue
-	}
-	plan, err := rt.planner.Plan(req, start)
-	if err != nil {
-		return refuse(err)
-	}
-	res, err = n.exec.Execute(stream.Context(), req, plan, sink)
-	if err != nil {
-		return refuse(err)
-	}
-	status = sink.status
-	if res.ClientGone {
-		status = statusClientClosed
-		return nil
-	}
+	res := a.res
 	return sink.finish(&pb.Trailer{
 		Provider: res.Provider, PromptTokens: int64(res.Usage.PromptTokens), CompletionTokens: int64(res.Usage.CompletionTokens),
 		UsageCounted: res.UsageCounted, CostUsd: res.Cost, TtftNs: int64(res.TTFT), Truncated: res.Truncated,
@@ -199,6 +134,8 @@ type streamSink struct {
 }
 
 func (s *streamSink) Header() http.Header { return s.header }
+
+func (s *streamSink) written() int { return s.status }
 
 func (s *streamSink) WriteHeader(code int) {
 	if s.headSent {

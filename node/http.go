@@ -12,16 +12,13 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmesh/llmesh/node/tracing"
-	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -139,137 +136,20 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// chat serves POST /v1/chat/completions: admit, plan, execute, account.
+// chat serves POST /v1/chat/completions over the pipeline: the client's
+// key authenticates the tenant, and the body is read once its tenant
+// holds a place.
 func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
-	start := n.now()
-	n.metrics.inFlight.Inc()
-	n.inFlight.Add(1)
-	defer func() {
-		n.metrics.inFlight.Dec()
-		n.inFlight.Add(-1)
-	}()
-	w.Header()["X-Llmesh-Node"] = []string{n.s.Name}
 	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
-
-	var (
-		model   = "unknown"
-		tenant  = ""
-		res     *route.Result
-		status  int
-		stream  bool
-		id      = requestID(r)
-		failure error // what the client was answered instead of a completion
-		// The request's span, if this node traces, and the traceparent
-		// providers and peers are sent.
-		sp, traceparent = n.tracer.Begin(r.Header.Get("Traceparent"), start)
-		req             *route.Request // once the body is parsed
-	)
-	// The request id is the client's, or a new one; answers carry it,
-	// and so do forwards and every node's log line.
-	w.Header()["X-Request-Id"] = []string{id}
-	defer func() {
-		provider := ""
-		if res != nil && res.Target != nil {
-			provider = res.Provider
-		}
-		e := decision{at: start, id: id, tenant: tenant, model: model, provider: provider, status: status,
-			stream: stream, res: res, err: failure}
-		if req != nil {
-			e.residency, e.strict = req.Residency, req.StrictTransit
-		}
-		n.account(e, sp)
-	}()
-	fail := func(err error) {
-		failure = err
-		status = n.writeError(sink, err)
-	}
-
 	t, ok := n.tenants.Load().authenticate(r)
+	in := &inbound{origin: fromClient, tenant: t, id: requestID(r), start: n.now(),
+		read:    func() ([]byte, error) { return n.readBody(w, sink.rc, r) },
+		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
+		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}
 	if !ok {
-		fail(errUnauthorized)
-		return
+		in.authErr = errUnauthorized
 	}
-	tenant = t.Name
-	if !n.tenantEnter(t.Name) {
-		fail(&route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("tenant %s has %d requests in flight on node %s, its most (limits.max_concurrent_per_tenant)",
-			t.Name, n.s.MaxInFlight, n.s.Name)})
-		return
-	}
-	defer n.tenantLeave(t.Name)
-	body, err := n.readBody(w, sink.rc, r)
-	if err != nil {
-		fail(err)
-		return
-	}
-	n.logPrompt(id, t.Name, body)
-	chat, err := n.parseChat(body)
-	if err != nil {
-		fail(err)
-		return
-	}
-	stream = chat.Stream
-	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
-	if rt.catalog.Serves(chat.Model) {
-		model = chat.Model
-	}
-	req = &route.Request{Chat: chat, Tenant: t.Name, Session: r.Header.Get("X-Llmesh-Session"), ID: id,
-		TraceParent: traceparent, TraceState: tracing.State(traceparent, r.Header.Get("Tracestate"))}
-	req.Residency, req.StrictTransit = n.policyOf(t)
-	req.Priority, req.AdmitBy = t.Priority, start.Add(n.s.AdmissionWait)
-	if req.Session == "" {
-		req.Session = chat.User
-	}
-	req.Session = sessionKey(req.Session)
-	if h := r.Header.Get("X-Llmesh-Residency"); h != "" {
-		if req.Residency, err = req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h))); err != nil {
-			n.metrics.refusals.WithLabelValues("header").Inc()
-			fail(&route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()})
-			return
-		}
-		if !slices.Contains(n.s.Regions.Jurisdictions(), req.Residency.Jurisdiction) {
-			fail(&route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)})
-			return
-		}
-	}
-	if n.draining.Load() {
-		// Clients and load balancers still sending here learn from
-		// Connection: close and /readyz to go elsewhere; this request a
-		// peer serves.
-		w.Header()["Connection"] = []string{"close"}
-		if hres, ok := n.handoff(r.Context(), req, body, sink); ok {
-			res, status = hres, sink.status
-			if res.ClientGone {
-				status = statusClientClosed
-			}
-			return
-		}
-	}
-	var waited time.Duration
-	for {
-		plan, err := rt.planner.Plan(req, n.now())
-		if err == nil {
-			res, err = n.exec.Execute(r.Context(), req, plan, sink)
-		}
-		if err == nil {
-			break
-		}
-		if w, again := n.admitAgain(r.Context(), req, err); again {
-			waited += w
-			req.Replanned = true
-			continue
-		}
-		if res != nil {
-			res.AdmissionWait += waited
-		}
-		n.metrics.refused(err)
-		fail(err)
-		return
-	}
-	res.AdmissionWait += waited
-	status = sink.status
-	if res.ClientGone {
-		status = statusClientClosed
-	}
+	n.serve(r.Context(), in, sink)
 }
 
 // admitWaitStep bounds one wait for a rate share: the request is planned
@@ -419,9 +299,6 @@ func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *h
 		return nil, &route.InvalidRequestError{Msg: "could not read the request body: the connection failed"}
 	}
 	_ = rc.SetReadDeadline(time.Time{})
-	if len(body) == 0 {
-		return nil, &route.InvalidRequestError{Msg: "the request body is empty"}
-	}
 	return body, nil
 }
 
@@ -540,6 +417,8 @@ type httpSink struct {
 }
 
 func (s *httpSink) Header() http.Header { return s.w.Header() }
+
+func (s *httpSink) written() int { return s.status }
 
 func (s *httpSink) WriteHeader(status int) {
 	s.status = status

@@ -56,7 +56,8 @@ func (n *Node) listenRPC(ctx context.Context) error {
 	if n.ledger != nil {
 		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.client))
 	}
-	pb.RegisterMeshServer(n.grpc, &meshService{n: n})
+	pb.RegisterMeshServer(n.grpc, &meshService{name: n.s.Name, tenants: n.tenants.Load, serve: n.serve, now: n.now,
+		received: n.metrics.forwardsIn})
 	go func() { _ = n.grpc.Serve(ln) }()
 	return nil
 }

@@ -1,0 +1,292 @@
+package node
+
+// The request pipeline: every way a request reaches this node — a client
+// over HTTP, a peer's forward or hand-off over gRPC, an explain — is
+// turned into one inbound value and admitted by admit, so that every entry
+// refuses the same request for the same reason with the same answer.
+// serve runs an admitted request to its end; the transports (chat,
+// meshService.Forward, explain) only read their own framing and write
+// their own error shape.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmesh/llmesh/node/tracing"
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+// origin is who sent a request to this node.
+type origin uint8
+
+const (
+	// fromClient is a client calling this node's API.
+	fromClient origin = iota
+	// fromPeer is a peer forwarding a request for this node's providers:
+	// it is planned with them only and never forwarded on.
+	fromPeer
+	// fromHandoff is a draining peer handing over a client's request:
+	// this node plans it as its own.
+	fromHandoff
+)
+
+// inbound is one request as a transport received it, before admission.
+type inbound struct {
+	origin origin
+	// tenant is the authentication's result. When it failed, tenant is
+	// nil and authErr is what the request is refused with; both nil is an
+	// unrestricted explain (the admin's, naming no tenant).
+	tenant  *Tenant
+	authErr error
+	// claimed is the tenant the decision records when authentication
+	// failed: the name a peer sent, or "" for a client.
+	claimed string
+	// body is the request body. When read is set, admit calls it for the
+	// body once the tenant holds its place: a client's body is read only
+	// then, within the size limit and the body read timeout.
+	body []byte
+	read func() ([]byte, error)
+	// session is the affinity key as sent (X-LLMesh-Session, or the
+	// forward's); the body's user field stands in when it is "".
+	session string
+	// residency narrows the tenant's: X-LLMesh-Residency, or what the
+	// sending node established. strict is the sender's strict transit.
+	residency string
+	strict    bool
+	// sender is the node that forwarded or handed off the request; hint
+	// the provider it planned for and spill whether it spilled its rate
+	// share here.
+	sender string
+	hint   string
+	spill  bool
+	// traceparent and tracestate are the caller's; serve replaces
+	// traceparent by the one this node sends on.
+	traceparent, tracestate string
+	id                      string
+	start                   time.Time
+	// planOnly is an explain: admission holds nothing (no place of the
+	// tenant's) and logs nothing, and the request is never executed.
+	planOnly bool
+}
+
+// admit turns in into a route.Request, or refuses it: the node takes
+// peers' requests, the tenant is authenticated and under its concurrency
+// limit, the body is within the limits and parses, and the residency is
+// the tenant's narrowed by the request, never widened, to a jurisdiction
+// of a known region. It is the one place these checks are made.
+//
+// An admitted request that is not planOnly holds a place of its
+// tenant's: the caller releases it with tenantLeave. A refusal holds
+// nothing; it returns the request as far as it was built (nil before the
+// body parsed), for the decision record.
+func (n *Node) admit(in *inbound) (*route.Request, error) {
+	if in.origin != fromClient && (!n.ready.Load() || (in.origin == fromHandoff && n.draining.Load())) {
+		// The sender tries another node.
+		return nil, fmt.Errorf("%w: node %s is draining", route.ErrNoProvider, n.s.Name)
+	}
+	if in.authErr != nil {
+		return nil, in.authErr
+	}
+	t := in.tenant
+	if t == nil || in.planOnly {
+		return n.admitBody(in)
+	}
+	if !n.tenantEnter(t.Name) {
+		return nil, &route.RetryAfterError{After: time.Second, Msg: fmt.Sprintf("tenant %s has %d requests in flight on node %s, its most (limits.max_concurrent_per_tenant)",
+			t.Name, n.s.MaxInFlight, n.s.Name)}
+	}
+	req, err := n.admitBody(in)
+	if err != nil {
+		n.tenantLeave(t.Name)
+	}
+	return req, err
+}
+
+// admitBody is admit from the body on.
+func (n *Node) admitBody(in *inbound) (*route.Request, error) {
+	if in.read != nil {
+		b, err := in.read()
+		if err != nil {
+			return nil, err
+		}
+		in.body, in.read = b, nil
+	}
+	switch {
+	case int64(len(in.body)) > n.s.MaxBodyBytes:
+		return nil, errTooLarge
+	case len(in.body) == 0:
+		return nil, &route.InvalidRequestError{Msg: "the request body is empty"}
+	}
+	t := in.tenant
+	if !in.planOnly {
+		n.logPrompt(in.id, t.Name, in.body)
+	}
+	chat, err := n.parseChat(in.body)
+	if err != nil {
+		return nil, err
+	}
+	req := &route.Request{Chat: chat, Session: in.session, ID: in.id, Forwarded: in.origin == fromPeer,
+		Hint: in.hint, Spilled: in.spill, AdmitBy: in.start.Add(n.s.AdmissionWait),
+		TraceParent: in.traceparent, TraceState: tracing.State(in.traceparent, in.tracestate)}
+	if req.Session == "" {
+		req.Session = chat.User
+	}
+	req.Session = sessionKey(req.Session)
+	if in.origin != fromClient && n.draining.Load() {
+		req.AdmitBy = in.start // a draining node does not hold a peer's request in its queue
+	}
+	if t != nil {
+		req.Tenant, req.Priority = t.Name, t.Priority
+		req.Residency, req.StrictTransit = n.policyOf(t)
+	}
+	return req, n.narrow(req, in)
+}
+
+// narrow narrows req's residency, the tenant's, to in's, and refuses a
+// residency that would widen it or that names no region's jurisdiction.
+// A peer's request with strict transit must come from a node in its
+// jurisdiction.
+func (n *Node) narrow(req *route.Request, in *inbound) error {
+	if h := in.residency; h != "" {
+		r, err := req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h)))
+		if err != nil {
+			if in.origin == fromClient && !in.planOnly {
+				n.metrics.refusals.WithLabelValues("header").Inc()
+			}
+			return &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()}
+		}
+		if !slices.Contains(n.s.Regions.Jurisdictions(), r.Jurisdiction) {
+			return &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: fmt.Sprintf("%q is not the jurisdiction of any region", h)}
+		}
+		req.Residency = r
+	}
+	req.StrictTransit = req.StrictTransit || in.strict
+	if in.origin != fromClient && req.StrictTransit && req.Residency.Restricted() && !n.memberIn(in.sender, req.Residency.Jurisdiction) {
+		// The data already passed through a node outside its
+		// jurisdiction, or one this node cannot place: not through here.
+		return fmt.Errorf("%w: node %s: strict transit: the sending node %s is not in jurisdiction %s",
+			route.ErrNoCompliantProvider, n.s.Name, in.sender, req.Residency.Jurisdiction)
+	}
+	return nil
+}
+
+// answerSink is where serve writes a request's answer: the transport's
+// response, which also takes refusals in OpenAI's shape.
+type answerSink interface {
+	route.ResponseSink
+	// written is the status written so far, 0 before any.
+	written() int
+}
+
+// answer is how serve ended a request. err is what the client was
+// answered with instead of a completion, if anything; status is the
+// status it got (statusClientClosed when it went away).
+type answer struct {
+	res    *route.Result
+	status int
+	err    error
+}
+
+// serve admits in, plans and executes it (a draining node hands a
+// client's request to a peer first), writes the answer or the refusal to
+// sink, and accounts it: metrics, log, decision, audit and span.
+func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answer) {
+	n.metrics.inFlight.Inc()
+	n.inFlight.Add(1)
+	defer func() {
+		n.metrics.inFlight.Dec()
+		n.inFlight.Add(-1)
+	}()
+	// The request id is the client's, or a new one: answers carry it,
+	// and so do forwards and every node's log line.
+	h := sink.Header()
+	h["X-Llmesh-Node"] = []string{n.s.Name}
+	h["X-Request-Id"] = []string{in.id}
+	// The request's span, if this node traces, and the traceparent
+	// providers and peers are sent.
+	sp, traceparent := n.tracer.Begin(in.traceparent, in.start)
+	in.traceparent = traceparent
+	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
+	var req *route.Request
+	defer func() { n.account(n.decisionOf(in, req, rt, a), sp) }()
+	req, err := n.admit(in)
+	if err != nil {
+		return answer{status: n.writeError(sink, err), err: err}
+	}
+	defer n.tenantLeave(req.Tenant)
+	res, err := n.execute(ctx, in, req, rt, sink)
+	if err != nil {
+		if in.origin == fromClient {
+			n.metrics.refused(err)
+		}
+		return answer{res: res, status: n.writeError(sink, err), err: err}
+	}
+	a = answer{res: res, status: sink.written()}
+	if res.ClientGone {
+		a.status = statusClientClosed
+	}
+	return a
+}
+
+// execute plans and executes an admitted request. A client's request
+// that was refused for a reason that lapses by itself is planned again
+// (admitAgain) until its admission deadline; a peer's is not, as its
+// sender waits itself. A draining node hands a client's request to a
+// peer, and serves it itself only when none takes it.
+func (n *Node) execute(ctx context.Context, in *inbound, req *route.Request, rt *routing, sink answerSink) (*route.Result, error) {
+	if in.origin == fromClient && n.draining.Load() {
+		// Clients and load balancers still sending here learn from
+		// Connection: close and /readyz to go elsewhere; this request a
+		// peer serves.
+		sink.Header()["Connection"] = []string{"close"}
+		if res, ok := n.handoff(ctx, req, in.body, sink); ok {
+			return res, nil
+		}
+	}
+	var waited time.Duration
+	for {
+		plan, err := rt.planner.Plan(req, n.now())
+		var res *route.Result
+		if err == nil {
+			res, err = n.exec.Execute(ctx, req, plan, sink)
+		}
+		if err == nil {
+			res.AdmissionWait += waited
+			return res, nil
+		}
+		if in.origin == fromClient {
+			if w, again := n.admitAgain(ctx, req, err); again {
+				waited += w
+				req.Replanned = true
+				continue
+			}
+		}
+		if res != nil {
+			res.AdmissionWait += waited
+		}
+		return res, err
+	}
+}
+
+// decisionOf is the decision record of a request that ended as a did.
+func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer) decision {
+	e := decision{at: in.start, id: in.id, tenant: in.claimed, model: "unknown", origin: in.sender,
+		status: a.status, res: a.res, err: a.err}
+	if in.tenant != nil {
+		e.tenant = in.tenant.Name
+	}
+	if a.res != nil && a.res.Target != nil {
+		e.provider = a.res.Provider
+	}
+	if req != nil {
+		e.stream, e.residency, e.strict = req.Chat.Stream, req.Residency, req.StrictTransit
+		if rt.catalog.Serves(req.Chat.Model) {
+			e.model = req.Chat.Model
+		}
+	}
+	return e
+}
