@@ -114,7 +114,7 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 	if n.mesh != nil {
 		// Other regions' region-reach providers are served through a
 		// node of their region.
-		view := &meshView{n: n}
+		view := &meshView{mesh: n.mesh}
 		planner.Mesh, planner.Spares = view, view
 		n.forward = newForwarder(n, view)
 		fwd = n.forward

@@ -102,7 +102,7 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 			StrictTransit: req.StrictTransit, Session: req.Session, Body: body, Handoff: true,
 		}
 		note := fmt.Sprintf("handed off: %s drains", n.s.Name)
-		fw := n.forward.hop(ctx, peer.Meta.RPC, peer.Name, in, req.Chat.Stream, req.TraceParent, req.TraceState, note, sink)
+		fw := n.forward.hop(ctx, hop{addr: peer.Meta.RPC, peer: peer.Name, in: in, req: req, note: note}, sink)
 		res := &route.Result{Target: &route.Target{Via: peer.Name}, Provider: fw.Provider,
 			Usage: fw.Usage, Cost: fw.Cost, TTFT: fw.TTFT, Truncated: fw.Truncated, ClientGone: fw.ClientGone}
 		switch {

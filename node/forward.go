@@ -3,22 +3,15 @@ package node
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
-	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
 	pb "github.com/llmesh/llmesh/proto"
 	"github.com/llmesh/llmesh/region"
@@ -192,239 +185,12 @@ func (s *streamSink) finish(tr *pb.Trailer) error {
 	return s.err
 }
 
-// forwarder is the sending side: route.Forwarder over gRPC to the via
-// node, with one connection per peer.
-type forwarder struct {
-	n    *Node
-	view *meshView
-	auth consensus.PeerAuth
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn // by RPC address
-}
-
-var _ route.Forwarder = (*forwarder)(nil)
-
-func newForwarder(n *Node, view *meshView) *forwarder {
-	auth := consensus.PeerAuth{Token: n.s.RPCToken}
-	if n.s.TLS != nil {
-		auth.TLS = n.s.TLS.Client
-	}
-	return &forwarder{n: n, view: view, auth: auth, conns: map[string]*grpc.ClientConn{}}
-}
-
-func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if cc := f.conns[addr]; cc != nil {
-		return cc, nil
-	}
-	if len(f.conns) >= 64 { // peers come and go: drop those no longer known
-		known := map[string]bool{}
-		for _, m := range f.n.mesh.Members() {
-			known[m.Meta.RPC] = true
-		}
-		for a, cc := range f.conns {
-			if !known[a] {
-				_ = cc.Close()
-				delete(f.conns, a)
-			}
-		}
-	}
-	opts := append(f.auth.DialOptions(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
-		Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout, PermitWithoutStream: true,
-	}), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(int(f.n.s.MaxBodyBytes)+64<<10)))
-	cc, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, err
-	}
-	f.conns[addr] = cc
-	return cc, nil
-}
-
-func (f *forwarder) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for a, cc := range f.conns {
-		_ = cc.Close()
-		delete(f.conns, a)
-	}
-}
-
-// Forward implements route.Forwarder. The via node must still be an
-// alive, non-draining member of the region the plan named: gossip may
-// have learned otherwise since.
-func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Target, routeNote string, sink route.ResponseSink) route.Forwarded {
-	n := f.n
-	mem, ok := f.view.member(t.Via)
-	switch {
-	case !ok || mem.State != "alive":
-		return route.Forwarded{Gone: true, Err: fmt.Errorf("node %s is not alive", t.Via)}
-	case mem.Meta.Region != t.ViaRegion:
-		return route.Forwarded{Gone: true, Err: fmt.Errorf("node %s is in region %s, not %s", t.Via, mem.Meta.Region, t.ViaRegion)}
-	case mem.Meta.RPC == "":
-		return route.Forwarded{Err: fmt.Errorf("node %s takes no forwards (no node.rpc)", t.Via)}
-	}
-	return f.hop(ctx, mem.Meta.RPC, t.Via, &pb.ForwardRequest{
-		Origin: n.s.Name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
-		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
-		Spill: t.Spill,
-	}, req.Chat.Stream, req.TraceParent, req.TraceState, routeNote, sink)
-}
-
-// hop calls peer's Mesh.Forward at addr with in and relays the answer to
-// sink: the head's headers (X-LLMesh-Route prefixed with routeNote), then
-// the data as it arrives. Before the head it gives up after the phase's
-// timeout plus hopSlack; after it, after the idle timeout plus hopSlack.
-// traceparent and tracestate, if any, go to the peer as gRPC metadata.
-func (f *forwarder) hop(ctx context.Context, addr, peer string, in *pb.ForwardRequest, stream bool, traceparent, tracestate, routeNote string, sink route.ResponseSink) route.Forwarded {
-	n := f.n
-	cc, err := f.conn(addr)
-	if err != nil {
-		return route.Forwarded{Err: err}
-	}
-	n.metrics.forwardsOut.Inc()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel() // ends the call, and the far node's upstream call with it
-	var timedOut atomic.Bool
-	cfg := n.s.Executor
-	wait := cfg.ResponseTimeout
-	if stream {
-		wait = cfg.FirstByteTimeout
-	}
-	// The far node may fail over between its own targets before it
-	// answers, each attempt with the phase's timeout.
-	wait *= time.Duration(max(cfg.MaxAttempts, 1))
-	if in.Handoff {
-		wait += hopSlack // the peer may forward it once more
-	}
-	timer := time.AfterFunc(wait+hopSlack, func() { timedOut.Store(true); cancel() })
-	defer timer.Stop()
-	hopErr := func(err error) route.Forwarded {
-		if s, ok := status.FromError(err); ok {
-			err = errors.New(s.Message())
-		}
-		return route.Forwarded{Err: err, Timeout: timedOut.Load()}
-	}
-	if traceparent != "" {
-		cctx = metadata.AppendToOutgoingContext(cctx, "traceparent", traceparent)
-		if tracestate != "" {
-			cctx = metadata.AppendToOutgoingContext(cctx, "tracestate", tracestate)
-		}
-	}
-	st, err := pb.NewMeshClient(cc).Forward(cctx, in)
-	if err != nil {
-		return hopErr(err)
-	}
-	msg, err := st.Recv()
-	if err != nil {
-		return hopErr(err)
-	}
-	head := msg.GetHead()
-	if head == nil {
-		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", peer)}
-	}
-	if head.Status != http.StatusOK {
-		return refusal(st, head)
-	}
-	h := sink.Header()
-	for k, v := range head.Headers {
-		if k != "X-Llmesh-Route" {
-			h[k] = []string{v}
-		}
-	}
-	h["X-Llmesh-Route"] = []string{routeNote + "; at " + peer + ": " + head.Headers["X-Llmesh-Route"]}
-	sink.WriteHeader(http.StatusOK)
-	out := route.Forwarded{Committed: true, Header: h}
-	// From here the far node bounds the answer itself: its idle timeout
-	// ends a silent stream with a trailer (an upstream's keep-alive
-	// comments, which it does not relay, reset it), and gRPC keepalive
-	// finds a far node that died. A non-streamed answer still has the
-	// whole-response bound.
-	idle := cfg.ResponseTimeout
-	if stream {
-		timer.Stop()
-	} else {
-		timer.Reset(idle + hopSlack)
-	}
-	for {
-		msg, err := st.Recv()
-		if err != nil {
-			if ctx.Err() != nil {
-				out.ClientGone = true
-				return out
-			}
-			// The hop broke mid-answer: the client learns it as a
-			// provider's broken stream would tell it.
-			out.Truncated, out.Err = true, hopErr(err).Err
-			if errors.Is(err, io.EOF) {
-				out.Err = fmt.Errorf("node %s ended the answer without its trailer", peer)
-			}
-			if stream {
-				msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s stopped answering", peer))
-				_, _ = sink.Write([]byte(`data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"))
-				_ = sink.Flush()
-			}
-			return out
-		}
-		switch p := msg.Part.(type) {
-		case *pb.ForwardReply_Data:
-			if !stream {
-				timer.Reset(idle + hopSlack)
-			}
-			if _, err := sink.Write(p.Data); err != nil {
-				out.ClientGone = true
-				return out
-			}
-			if stream {
-				if err := sink.Flush(); err != nil {
-					out.ClientGone = true
-					return out
-				}
-			}
-		case *pb.ForwardReply_Trailer:
-			tr := p.Trailer
-			out.Provider, out.Cost, out.TTFT, out.Truncated = tr.Provider, tr.CostUsd, time.Duration(tr.TtftNs), tr.Truncated
-			out.Usage = route.Usage{PromptTokens: int(tr.PromptTokens), CompletionTokens: int(tr.CompletionTokens)}
-			out.UsageCounted = tr.UsageCounted
-			if err := sink.Flush(); err != nil {
-				out.ClientGone = true
-			}
-			return out
-		}
-	}
-}
-
-// refusal reads the rest of a far node's refusal: its error document (at
-// most 64 KiB) and the trailer with the error's code.
-func refusal(st grpc.ServerStreamingClient[pb.ForwardReply], head *pb.Head) route.Forwarded {
-	out := route.Forwarded{Status: int(head.Status), Header: http.Header{}}
-	for k, v := range head.Headers {
-		out.Header[k] = []string{v}
-	}
-	for {
-		msg, err := st.Recv()
-		if err != nil {
-			return out
-		}
-		switch p := msg.Part.(type) {
-		case *pb.ForwardReply_Data:
-			if len(out.Body)+len(p.Data) <= 64<<10 {
-				out.Body = append(out.Body, p.Data...)
-			}
-		case *pb.ForwardReply_Trailer:
-			out.Code = p.Trailer.ErrorCode
-			return out
-		}
-	}
-}
-
 // meshView is route.MeshView over gossip: the via node for a region is
 // chosen among its alive, non-draining members that take forwards, by RTT
 // and load (region.Nearest). What gossip knows is gathered at most every
 // viaRefresh, not per request.
 type meshView struct {
-	n    *Node
+	mesh meshSource
 	mu   sync.Mutex
 	at   time.Time
 	snap atomic.Pointer[meshSnapshot]
@@ -440,6 +206,12 @@ type meshSnapshot struct {
 }
 
 const viaRefresh = 250 * time.Millisecond
+
+// meshSource is what meshView reads of gossip (a *gossip.Mesh).
+type meshSource interface {
+	Members() []gossip.Member
+	Loads() map[string]gossip.Load
+}
 
 var _ route.MeshView = (*meshView)(nil)
 
@@ -474,10 +246,10 @@ func (v *meshView) snapshot() *meshSnapshot {
 		defer v.mu.Unlock()
 	}
 	v.at = now
-	loads := v.n.mesh.Loads()
+	loads := v.mesh.Loads()
 	out := &meshSnapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}, load: map[string]int64{},
 		spares: map[string][]spareNode{}}
-	for _, mem := range v.n.mesh.Members() {
+	for _, mem := range v.mesh.Members() {
 		out.byName[mem.Name] = mem
 		out.load[mem.Name] = int64(loads[mem.Name].InFlight)
 		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
