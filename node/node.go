@@ -154,7 +154,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		return nil, err
 	}
 	n.buildRequestPath(catalog, health, quota, budget)
-	n.probes = newProber(n, s.ProbeIdle)
+	n.probes = n.newProber()
 	n.srv = n.newHTTPServer()
 	return n, nil
 }

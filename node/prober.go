@@ -3,8 +3,10 @@ package node
 import (
 	"context"
 	"hash/fnv"
+	"log/slog"
 	"time"
 
+	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -15,16 +17,42 @@ import (
 // alive, non-draining nodes, so the choice moves only when membership
 // does. The result feeds the tracker and so the gossip, like any attempt.
 type prober struct {
-	n    *Node
+	proberDeps
 	idle time.Duration
 }
 
-// newProber returns nil when probes are disabled.
-func newProber(n *Node, idle time.Duration) *prober {
-	if idle <= 0 {
+// proberDeps are what the prober works with.
+type proberDeps struct {
+	self, region string
+	now          func() time.Time
+	tracker      *route.Tracker
+	// mesh is the gossip's view of the region's nodes and their reports;
+	// nil for a node alone.
+	mesh interface {
+		AliveInRegion(region string) []string
+		Reports() []gossip.ProviderReport
+	}
+	// routing returns the current catalog and planner (a reload replaces
+	// both).
+	routing func() (*route.Catalog, *route.Planner)
+	exec    *route.Executor
+	timeout time.Duration // a probe's, to its first byte
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// newProber returns the node's prober, nil when probes are disabled.
+func (n *Node) newProber() *prober {
+	if n.s.ProbeIdle <= 0 {
 		return nil
 	}
-	return &prober{n: n, idle: idle}
+	p := &prober{idle: n.s.ProbeIdle, proberDeps: proberDeps{self: n.s.Name, region: n.s.Region, now: n.now,
+		tracker: n.tracker, exec: n.exec, timeout: n.s.Executor.FirstByteTimeout, metrics: n.metrics, log: n.log,
+		routing: func() (*route.Catalog, *route.Planner) { rt := n.rt.Load(); return rt.catalog, rt.planner }}}
+	if n.mesh != nil {
+		p.mesh = n.mesh
+	}
+	return p
 }
 
 func (p *prober) run(stop <-chan struct{}) {
@@ -36,7 +64,7 @@ func (p *prober) run(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		for _, o := range p.due(p.n.now()) {
+		for _, o := range p.due(p.now()) {
 			select {
 			case <-stop:
 				return
@@ -49,39 +77,39 @@ func (p *prober) run(stop <-chan struct{}) {
 
 // due returns one offer of each provider this node should probe now.
 func (p *prober) due(now time.Time) []*route.Offer {
-	n := p.n
 	recent := map[string]bool{} // providers called lately in this region
-	for _, ps := range n.tracker.Snapshot(now) {
+	for _, ps := range p.tracker.Snapshot(now) {
 		if now.Sub(ps.LastAttempt) < p.idle {
 			recent[ps.Provider] = true
 		}
 	}
 	var regionNodes []string
-	if n.mesh != nil {
-		regionNodes = n.mesh.AliveInRegion(n.s.Region)
+	if p.mesh != nil {
+		regionNodes = p.mesh.AliveInRegion(p.region)
 		inRegion := map[string]bool{}
 		for _, name := range regionNodes {
 			inRegion[name] = true
 		}
-		for _, r := range n.mesh.Reports() {
+		for _, r := range p.mesh.Reports() {
 			if inRegion[r.Observer] && r.IdleFor < p.idle {
 				recent[r.Provider] = true
 			}
 		}
 	}
+	catalog, planner := p.routing()
 	var out []*route.Offer
-	for _, pv := range n.catalog().Providers() {
-		if recent[pv.Name] || (pv.Reach == route.ReachRegion && pv.Region != n.s.Region) || len(pv.Models) == 0 {
+	for _, pv := range catalog.Providers() {
+		if recent[pv.Name] || (pv.Reach == route.ReachRegion && pv.Region != p.region) || len(pv.Models) == 0 {
 			continue
 		}
 		// A cooldown learned anywhere in the mesh holds for probes too.
-		if n.planner().Health.Health(pv.Name, now).CoolingUntil.After(now) {
+		if planner.Health.Health(pv.Name, now).CoolingUntil.After(now) {
 			continue
 		}
-		if len(regionNodes) > 0 && chooseProber(pv.Name, regionNodes) != n.s.Name {
+		if len(regionNodes) > 0 && chooseProber(pv.Name, regionNodes) != p.self {
 			continue
 		}
-		if o := offerOf(n.catalog(), pv); o != nil {
+		if o := offerOf(catalog, pv); o != nil {
 			out = append(out, o)
 		}
 	}
@@ -114,8 +142,7 @@ func chooseProber(provider string, nodes []string) string {
 }
 
 func (p *prober) probe(o *route.Offer, stop <-chan struct{}) {
-	n := p.n
-	ctx, cancel := context.WithTimeout(context.Background(), n.s.Executor.FirstByteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	go func() { // the node stopping abandons the probe
 		select {
@@ -124,14 +151,14 @@ func (p *prober) probe(o *route.Offer, stop <-chan struct{}) {
 		case <-ctx.Done():
 		}
 	}()
-	res, err := n.exec.Probe(ctx, o)
+	res, err := p.exec.Probe(ctx, o)
 	if res == nil || len(res.Attempts) == 0 {
 		return // not attempted: ejected and not yet due, cooling down, out of rate
 	}
 	provider := o.Provider.Name
 	outcome := string(res.Attempts[len(res.Attempts)-1].Outcome)
-	n.metrics.probes.WithLabelValues(provider, outcome).Inc()
-	n.metrics.probeCost.WithLabelValues(provider).Add(res.Cost)
-	n.metrics.probeTokens.WithLabelValues(provider).Add(float64(res.Usage.PromptTokens + res.Usage.CompletionTokens))
-	n.log.Debug("probed an idle provider", "provider", provider, "outcome", outcome, "err", err)
+	p.metrics.probes.WithLabelValues(provider, outcome).Inc()
+	p.metrics.probeCost.WithLabelValues(provider).Add(res.Cost)
+	p.metrics.probeTokens.WithLabelValues(provider).Add(float64(res.Usage.PromptTokens + res.Usage.CompletionTokens))
+	p.log.Debug("probed an idle provider", "provider", provider, "outcome", outcome, "err", err)
 }
