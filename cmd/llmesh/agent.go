@@ -31,39 +31,59 @@ func overrideFlags(cfg *node.Config, httpAddr, advertise, name string) {
 	}
 }
 
-func runAgent(args []string, stdout, stderr io.Writer) int {
+// agentFlags are `llmesh agent`'s flags.
+type agentFlags struct {
+	dev                       bool
+	configPath                string
+	httpAddr, advertise, name string
+	logFormat, logLevel       string
+	logPrompts                bool
+	shutdownTimeout           time.Duration
+}
+
+// parseAgentFlags parses args; it returns false, having said why, when
+// they are not a valid command line.
+func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, bool) {
+	var f agentFlags
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dev := fs.Bool("dev", false, "run one node with built-in emulated providers and a generated tenant key")
-	configPath := fs.String("config", "", "the node's configuration `file` (YAML)")
-	httpAddr := fs.String("http", "", "HTTP `address` for the API; overrides node.http")
-	advertise := fs.String("advertise", "", "`IP` peers should dial, or auto; overrides node.advertise (e.g. a pod's IP)")
-	name := fs.String("name", "", "the node's `name`, unique in the mesh; overrides node.name (e.g. a pod's name)")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logPrompts := fs.Bool("log-prompts", false, "debugging only: log each request's body (its prompt) with its request id; logs then hold your users' data")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "bound on a graceful stop; overrides node.drain.timeout (default 30s)")
+	fs.BoolVar(&f.dev, "dev", false, "run one node with built-in emulated providers and a generated tenant key")
+	fs.StringVar(&f.configPath, "config", "", "the node's configuration `file` (YAML)")
+	fs.StringVar(&f.httpAddr, "http", "", "HTTP `address` for the API; overrides node.http")
+	fs.StringVar(&f.advertise, "advertise", "", "`IP` peers should dial, or auto; overrides node.advertise (e.g. a pod's IP)")
+	fs.StringVar(&f.name, "name", "", "the node's `name`, unique in the mesh; overrides node.name (e.g. a pod's name)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.logPrompts, "log-prompts", false, "debugging only: log each request's body (its prompt) with its request id; logs then hold your users' data")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 0, "bound on a graceful stop; overrides node.drain.timeout (default 30s)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return f, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "llmesh agent: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return f, false
 	}
-	if *dev == (*configPath != "") {
+	if f.dev == (f.configPath != "") {
 		fmt.Fprintln(stderr, "llmesh agent: give exactly one of -dev or -config FILE")
+		return f, false
+	}
+	return f, true
+}
+
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	f, ok := parseAgentFlags(args, stderr)
+	if !ok {
 		return 2
 	}
-	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
 		return 2
 	}
-
 	var cfg *node.Config
 	var devStack *harness.Dev
-	if *dev {
-		addr := *httpAddr
+	if f.dev {
+		addr := f.httpAddr
 		if addr == "" {
 			addr = node.DefaultHTTPAddr
 		}
@@ -75,13 +95,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		defer devStack.Shutdown(context.Background())
 		cfg = devStack.Config
 	} else {
-		if cfg, err = node.LoadConfig(*configPath); err != nil {
+		if cfg, err = node.LoadConfig(f.configPath); err != nil {
 			fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
 			return 1
 		}
-		overrideFlags(cfg, *httpAddr, *advertise, *name)
+		overrideFlags(cfg, f.httpAddr, f.advertise, f.name)
 	}
-	opts := node.Options{Logger: logger, Version: version, LogPrompts: *logPrompts}
+	opts := node.Options{Logger: logger, Version: version, LogPrompts: f.logPrompts}
 	if devStack != nil {
 		opts.LedgerTuning = harness.DevLedger
 	}
@@ -107,30 +127,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		printDevBanner(stdout, n.HTTPAddr(), devStack.Key)
 	}
-	for {
-		select {
-		case <-ctx.Done(): // SIGINT or SIGTERM: drain
-		case <-n.Done(): // drained through the admin API
-		case <-reload:
-			if *configPath == "" {
-				logger.Warn("SIGHUP: nothing to reload: agent -dev has no configuration file")
-				continue
-			}
-			next, err := node.LoadConfig(*configPath)
-			if err == nil {
-				overrideFlags(next, *httpAddr, *advertise, *name)
-				err = n.Reload(next)
-			}
-			if err != nil {
-				logger.Error("SIGHUP: configuration not reloaded; the node keeps the one it has", "err", err)
-			}
-			continue
-		}
-		break
-	}
+	serveUntilStopped(ctx, n, reload, f, logger)
 	timeout := n.DrainTimeout()
-	if *shutdownTimeout > 0 {
-		timeout = *shutdownTimeout
+	if f.shutdownTimeout > 0 {
+		timeout = f.shutdownTimeout
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -139,6 +139,34 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// serveUntilStopped returns when the agent is told to stop (SIGINT or
+// SIGTERM) or the node has drained (through the admin API); on SIGHUP it
+// reloads the configuration file, and a file it cannot apply leaves the
+// node with the one it has.
+func serveUntilStopped(ctx context.Context, n *node.Node, reload <-chan os.Signal, f agentFlags, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.Done():
+			return
+		case <-reload:
+		}
+		if f.configPath == "" {
+			logger.Warn("SIGHUP: nothing to reload: agent -dev has no configuration file")
+			continue
+		}
+		next, err := node.LoadConfig(f.configPath)
+		if err == nil {
+			overrideFlags(next, f.httpAddr, f.advertise, f.name)
+			err = n.Reload(next)
+		}
+		if err != nil {
+			logger.Error("SIGHUP: configuration not reloaded; the node keeps the one it has", "err", err)
+		}
+	}
 }
 
 func printDevBanner(w io.Writer, addr, key string) {

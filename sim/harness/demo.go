@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/sim/emulator"
 )
 
@@ -39,19 +39,26 @@ type DemoTenant struct {
 	Name, Key, Residency, Budget string
 }
 
-// demoRegions are the demo's regions and their jurisdictions.
-var demoRegions = []node.RegionSection{
-	{Name: "eu-west", Jurisdiction: "eu"},
-	{Name: "us-east", Jurisdiction: "us"},
-	{Name: "ap-south", Jurisdiction: "ap"},
+// demoNodes are the demo's nodes and their regions, in start order.
+func demoNodes() [][2]string {
+	return [][2]string{{"eu-1", "eu-west"}, {"us-1", "us-east"}, {"ap-1", "ap-south"}}
 }
 
 // StartDemo starts the demo's emulators and nodes, the first node's HTTP
 // API on firstHTTP and the others on the next ports (port 0: any), and
-// returns once every node is ready.
+// returns once every node is ready. Each node runs config.DemoConfig,
+// completed with the emulators' addresses, the tenants' keys, the first
+// node as the others' seed and an audit directory of its own.
 func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Demo, error) {
+	host, port, err := net.SplitHostPort(firstHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("-http: %w", err)
+	}
+	first, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("-http: port %q: %w", port, err)
+	}
 	d := &Demo{}
-	var err error
 	if d.AuditDir, err = os.MkdirTemp("", "llmesh-demo-audit-*"); err != nil {
 		return nil, err
 	}
@@ -61,93 +68,30 @@ func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Dem
 			d.Shutdown(context.Background())
 		}
 	}()
-	emu := func(name string, tps float64, models map[string]emulator.Price) (string, error) {
-		c := emulator.DefaultConfig()
-		c.Name, c.Latency, c.TTFT, c.TPS, c.Models = name, 3*time.Millisecond, 60*time.Millisecond, tps, models
-		e, err := emulator.New(c)
-		if err != nil {
-			return "", err
-		}
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			return "", err
-		}
-		d.emus = append(d.emus, e)
-		return e.URL(), nil
-	}
-	llama := map[string]emulator.Price{"meta-llama/Meta-Llama-3-8B-Instruct": {InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10}}
-	mini := map[string]emulator.Price{"gpt-4o-mini": {InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}
-	var replicas []string
-	for i := range 3 {
-		u, err := emu(fmt.Sprintf("gpu-eu-%d", i), 200, llama)
-		if err != nil {
-			return nil, err
-		}
-		replicas = append(replicas, u)
-	}
-	azureEU, err := emu("azure-eu", 150, mini)
+	urls, err := d.startEmulators()
 	if err != nil {
 		return nil, err
 	}
-	azureUS, err := emu("azure-us", 150, mini)
+	hashes, err := d.makeTenants()
 	if err != nil {
 		return nil, err
-	}
-	openaiUS, err := emu("openai-us", 150, mergePrices(mini, llama))
-	if err != nil {
-		return nil, err
-	}
-	llamaModel := node.ModelSection{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10}
-	providers := []node.ProviderSection{
-		{Name: "gpu-eu", Kind: "openai", Region: "eu-west", Reach: "region", Jurisdictions: []string{"eu"},
-			BaseURL: replicas[0], Replicas: replicas, Models: []node.ModelSection{llamaModel}},
-		{Name: "azure-eu", Kind: "azure", Region: "eu-west", Reach: "global", Jurisdictions: []string{"eu"}, BaseURL: azureEU,
-			APIVersion: "2024-10-21", Models: []node.ModelSection{{Name: "gpt-4o-mini", Deployment: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}},
-		{Name: "azure-us", Kind: "azure", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, BaseURL: azureUS, Priority: 1,
-			APIVersion: "2024-10-21", Models: []node.ModelSection{{Name: "gpt-4o-mini", Deployment: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}},
-		{Name: "openai-us", Kind: "openai", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, BaseURL: openaiUS,
-			Models: []node.ModelSection{{Name: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60},
-				{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.20, OutputUSDPerMTok: 0.40}}},
-	}
-	var tenants []node.TenantSection
-	for _, t := range []DemoTenant{
-		{Name: "acme", Residency: "eu", Budget: "$5/day"},
-		{Name: "globex", Residency: "us", Budget: "$5/day"},
-		{Name: "initech", Budget: "$0.0001 in all"},
-	} {
-		key, err := NewKey("sk-demo-" + t.Name + "-")
-		if err != nil {
-			return nil, err
-		}
-		t.Key = key
-		d.Tenants = append(d.Tenants, t)
-		sum := sha256.Sum256([]byte(key))
-		ts := node.TenantSection{Name: t.Name, KeySHA256: []string{hex.EncodeToString(sum[:])}, Residency: t.Residency,
-			Budget: &node.BudgetSection{USD: 5, Period: "day"}}
-		if t.Name == "initech" {
-			ts.Budget = &node.BudgetSection{USD: 0.0001, Period: "total"}
-		}
-		tenants = append(tenants, ts)
-	}
-	host, port, err := net.SplitHostPort(firstHTTP)
-	if err != nil {
-		return nil, fmt.Errorf("-http: %w", err)
-	}
-	first, err := strconv.Atoi(port)
-	if err != nil {
-		return nil, fmt.Errorf("-http: port %q: %w", port, err)
 	}
 	var seed string
-	for i, n := range [][2]string{{"eu-1", "eu-west"}, {"us-1", "us-east"}, {"ap-1", "ap-south"}} {
-		httpAddr := net.JoinHostPort(host, "0")
+	for i, n := range demoNodes() {
+		cfg := config.DemoConfig(n[0], n[1])
+		cfg.Node.HTTP = net.JoinHostPort(host, "0")
 		if first != 0 {
-			httpAddr = net.JoinHostPort(host, strconv.Itoa(first+i))
+			cfg.Node.HTTP = net.JoinHostPort(host, strconv.Itoa(first+i))
 		}
-		cfg := &node.Config{
-			Node: node.NodeSection{Name: n[0], Region: n[1], HTTP: httpAddr, Gossip: "127.0.0.1:0", RPC: "127.0.0.1:0",
-				Raft: "127.0.0.1:0", Voter: true, BootstrapExpect: 3, DataDir: "/nonexistent",
-				Drain: node.DrainSection{Grace: node.Duration(500 * time.Millisecond)}},
-			Regions: demoRegions, Providers: providers, Tenants: tenants,
-			Audit: node.AuditSection{Dir: filepath.Join(d.AuditDir, n[0])},
+		cfg.Audit.Dir = filepath.Join(d.AuditDir, n[0])
+		for j := range cfg.Providers {
+			p := &cfg.Providers[j]
+			if p.BaseURL = urls[p.Name][0]; len(urls[p.Name]) > 1 {
+				p.Replicas = urls[p.Name]
+			}
+		}
+		for j := range cfg.Tenants {
+			cfg.Tenants[j].KeySHA256 = []string{hashes[cfg.Tenants[j].Name]}
 		}
 		if seed != "" {
 			cfg.Node.Join = []string{seed}
@@ -164,7 +108,69 @@ func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Dem
 			seed = nd.Mesh().Addr()
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	if err := d.awaitReady(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	ok = true
+	return d, nil
+}
+
+// startEmulators starts the demo's emulated providers and returns each
+// provider's addresses: three replicas of the EU GPU cluster, one of each
+// other.
+func (d *Demo) startEmulators() (map[string][]string, error) {
+	llama := map[string]emulator.Price{"meta-llama/Meta-Llama-3-8B-Instruct": {InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10}}
+	mini := map[string]emulator.Price{"gpt-4o-mini": {InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}
+	urls := map[string][]string{}
+	for _, p := range []struct {
+		name     string
+		replicas int
+		tps      float64
+		models   map[string]emulator.Price
+	}{
+		{"gpu-eu", 3, 200, llama}, {"azure-eu", 1, 150, mini}, {"azure-us", 1, 150, mini}, {"openai-us", 1, 150, mergePrices(mini, llama)},
+	} {
+		for i := range p.replicas {
+			name := p.name
+			if p.replicas > 1 {
+				name = fmt.Sprintf("%s-%d", p.name, i)
+			}
+			c := emulator.DefaultConfig()
+			c.Latency, c.TTFT, c.TPS, c.Models = 3*time.Millisecond, 60*time.Millisecond, p.tps, p.models
+			e, err := startEmulator(name, c)
+			if err != nil {
+				return nil, err
+			}
+			d.emus = append(d.emus, e)
+			urls[p.name] = append(urls[p.name], e.URL())
+		}
+	}
+	return urls, nil
+}
+
+// makeTenants makes the demo tenants' keys and returns each one's hash.
+func (d *Demo) makeTenants() (map[string]string, error) {
+	hashes := map[string]string{}
+	for _, t := range []DemoTenant{
+		{Name: "acme", Residency: "eu", Budget: "$5/day"},
+		{Name: "globex", Residency: "us", Budget: "$5/day"},
+		{Name: "initech", Budget: "$0.0001 in all"},
+	} {
+		key, err := NewKey("sk-demo-" + t.Name + "-")
+		if err != nil {
+			return nil, err
+		}
+		t.Key = key
+		d.Tenants = append(d.Tenants, t)
+		sum := sha256.Sum256([]byte(key))
+		hashes[t.Name] = hex.EncodeToString(sum[:])
+	}
+	return hashes, nil
+}
+
+// awaitReady waits until every node is ready, for at most limit.
+func (d *Demo) awaitReady(ctx context.Context, limit time.Duration) error {
+	for deadline := time.Now().Add(limit); ; {
 		ready := 0
 		for _, nd := range d.Nodes {
 			if nd.Ready() {
@@ -172,19 +178,17 @@ func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Dem
 			}
 		}
 		if ready == len(d.Nodes) {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.New("the demo mesh did not become ready within 30s")
+			return fmt.Errorf("the demo mesh did not become ready within %s", limit)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	ok = true
-	return d, nil
 }
 
 func mergePrices(ms ...map[string]emulator.Price) map[string]emulator.Price {

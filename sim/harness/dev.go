@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/sim/emulator"
 )
 
@@ -32,43 +33,9 @@ type Dev struct {
 	dataDir   string
 }
 
-// devProvider is one emulated provider of the dev stack.
-type devProvider struct {
-	section node.ProviderSection
-	models  map[string]emulator.Price
-}
-
-// devProviders are the dev stack's providers: the same gpt-4o models from
-// OpenAI in the US and Azure OpenAI in the EU, and an open model from a
-// self-hosted GPU cluster that only the EU region can reach, cheaper than
-// a hosted API serving it globally.
-func devProviders() []devProvider {
-	gpt := []node.ModelSection{
-		{Name: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60},
-		{Name: "gpt-4o", InputUSDPerMTok: 2.50, OutputUSDPerMTok: 10},
-	}
-	azure := []node.ModelSection{
-		{Name: "gpt-4o-mini", Deployment: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60},
-		{Name: "gpt-4o", Deployment: "gpt-4o", InputUSDPerMTok: 2.50, OutputUSDPerMTok: 10},
-	}
-	return []devProvider{
-		{section: node.ProviderSection{Name: "openai-us", Kind: "openai", Region: "us-east", Reach: "global",
-			Jurisdictions: []string{"us"}, Models: gpt, Priority: 0}},
-		{section: node.ProviderSection{Name: "azure-eu", Kind: "azure", Region: "eu-west", Reach: "global",
-			Jurisdictions: []string{"eu"}, APIVersion: "2024-10-21", Models: azure, Priority: 1}},
-		{section: node.ProviderSection{Name: "gpu-eu", Kind: "openai", Region: "eu-west", Reach: "region",
-			Jurisdictions: []string{"eu"}, Models: []node.ModelSection{
-				{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10},
-			}}},
-		{section: node.ProviderSection{Name: "together-us", Kind: "openai", Region: "us-east", Reach: "global",
-			Jurisdictions: []string{"us"}, Models: []node.ModelSection{
-				{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.10, OutputUSDPerMTok: 0.20},
-			}}},
-	}
-}
-
-// StartDev starts the dev stack's emulators on loopback and returns the
-// node configuration that uses them, listening on httpAddr.
+// StartDev starts the dev stack's emulators on loopback and returns
+// config.DevConfig completed to use them, listening on httpAddr: a fresh
+// data directory, each provider's base_url and the dev tenant's key.
 func StartDev(httpAddr string) (*Dev, error) {
 	d := &Dev{Emulators: map[string]*emulator.Emulator{}}
 	ok := false
@@ -85,50 +52,54 @@ func StartDev(httpAddr string) (*Dev, error) {
 	if d.dataDir, err = os.MkdirTemp("", "llmesh-dev-*"); err != nil {
 		return nil, err
 	}
+	cfg := config.DevConfig()
+	cfg.Node.HTTP, cfg.Node.DataDir = httpAddr, d.dataDir
 	sum := sha256.Sum256([]byte(key))
-	cfg := &node.Config{
-		Node: node.NodeSection{Name: "dev", Region: "eu-west", DataDir: d.dataDir, HTTP: httpAddr, Gossip: "127.0.0.1:0",
-			Voter: true, Raft: "127.0.0.1:0", RPC: "127.0.0.1:0", BootstrapExpect: 1,
-			// One node, no peers to hand requests to: stop soon.
-			Drain: node.DrainSection{Grace: node.Duration(500 * time.Millisecond)}},
-		Regions: []node.RegionSection{
-			{Name: "eu-west", Jurisdiction: "eu"},
-			{Name: "us-east", Jurisdiction: "us"},
-		},
-		Tenants: []node.TenantSection{{Name: "dev", KeySHA256: []string{hex.EncodeToString(sum[:])},
-			Budget: &node.BudgetSection{USD: 5, Period: "day"}}},
-	}
-	for _, p := range devProviders() {
-		ec := emulator.DefaultConfig()
-		ec.Name = p.section.Name
-		ec.Latency = 2 * time.Millisecond
-		ec.TTFT = 80 * time.Millisecond
-		ec.TPS = 120
-		ec.Models = map[string]emulator.Price{}
-		for _, m := range p.section.Models {
-			name := m.Name
-			if m.Upstream != "" {
-				name = m.Upstream
-			}
-			ec.Models[name] = emulator.Price{InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok}
-			if m.Deployment != "" {
-				ec.Models[m.Deployment] = ec.Models[name]
-			}
-		}
-		e, err := emulator.New(ec)
+	cfg.Tenants[0].KeySHA256 = []string{hex.EncodeToString(sum[:])}
+	for i := range cfg.Providers {
+		p := &cfg.Providers[i]
+		e, err := startEmulator(p.Name, devEmulator(p.Models))
 		if err != nil {
-			return nil, fmt.Errorf("emulator %s: %w", p.section.Name, err)
+			return nil, err
 		}
-		if err := e.Start("127.0.0.1:0"); err != nil {
-			return nil, fmt.Errorf("emulator %s: %w", p.section.Name, err)
-		}
-		d.Emulators[p.section.Name] = e
-		p.section.BaseURL = e.URL()
-		cfg.Providers = append(cfg.Providers, p.section)
+		d.Emulators[p.Name] = e
+		p.BaseURL = e.URL()
 	}
 	d.Config = cfg
 	ok = true
 	return d, nil
+}
+
+// devEmulator is the emulator standing for a dev provider serving models:
+// it answers to each model's upstream name (and deployment) at its price.
+func devEmulator(models []config.ModelSection) emulator.Config {
+	ec := emulator.DefaultConfig()
+	ec.Latency, ec.TTFT, ec.TPS = 2*time.Millisecond, 80*time.Millisecond, 120
+	ec.Models = map[string]emulator.Price{}
+	for _, m := range models {
+		name := m.Name
+		if m.Upstream != "" {
+			name = m.Upstream
+		}
+		ec.Models[name] = emulator.Price{InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok}
+		if m.Deployment != "" {
+			ec.Models[m.Deployment] = ec.Models[name]
+		}
+	}
+	return ec
+}
+
+// startEmulator starts an emulator named name on a loopback port.
+func startEmulator(name string, ec emulator.Config) (*emulator.Emulator, error) {
+	ec.Name = name
+	e, err := emulator.New(ec)
+	if err != nil {
+		return nil, fmt.Errorf("emulator %s: %w", name, err)
+	}
+	if err := e.Start("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("emulator %s: %w", name, err)
+	}
+	return e, nil
 }
 
 // DevLedger keeps a dev node's Raft ledger in memory, with elections
