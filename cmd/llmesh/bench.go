@@ -135,44 +135,8 @@ func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64, memLi
 			b.stop()
 		}
 	}()
-	start := func(name string, re *regexp.Regexp, cmd *exec.Cmd) (string, error) {
-		out, err := cmd.StderrPipe()
-		if err != nil {
-			return "", err
-		}
-		cmd.Stdout = cmd.Stderr
-		if err := cmd.Start(); err != nil {
-			return "", fmt.Errorf("%s: %w", name, err)
-		}
-		b.procs = append(b.procs, cmd)
-		found := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(out)
-			sent := false
-			for sc.Scan() {
-				if m := re.FindStringSubmatch(sc.Text()); m != nil && !sent {
-					found <- m[1]
-					sent = true
-				}
-			}
-			if !sent {
-				close(found)
-			}
-		}()
-		select {
-		case addr, ok := <-found:
-			if !ok {
-				return "", fmt.Errorf("%s exited before it served", name)
-			}
-			return addr, nil
-		case <-time.After(20 * time.Second):
-			return "", fmt.Errorf("%s did not start within 20s", name)
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
 	emu := exec.Command(self, "emulate", "-listen", "127.0.0.1:0", "-tps", fmt.Sprint(tps))
-	emuURL, err := start("emulator", regexp.MustCompile(`serving .* on (http://\S+)`), emu)
+	emuURL, err := b.start(ctx, "emulator", regexp.MustCompile(`serving .* on (http://\S+)`), emu)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +146,7 @@ func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64, memLi
 	if memLimit != "" {
 		proxy.Env = append(os.Environ(), "GOMEMLIMIT="+memLimit)
 	}
-	proxyAddr, err := start("proxy", regexp.MustCompile(`proxy listening on (\S+)`), proxy)
+	proxyAddr, err := b.start(ctx, "proxy", regexp.MustCompile(`proxy listening on (\S+)`), proxy)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +164,54 @@ func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64, memLi
 		fmt.Fprintln(stderr, "llmesh bench: nginx is not installed (apt-get install nginx-light): its column is left out")
 	}
 
+	if err := b.startNode(self, emuURL, proxy.Env, stderr); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// start starts cmd and returns the address it prints a line matching re
+// with, once it does.
+func (b *benchTargets) start(ctx context.Context, name string, re *regexp.Regexp, cmd *exec.Cmd) (string, error) {
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	b.procs = append(b.procs, cmd)
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				found <- m[1]
+				sent = true
+			}
+		}
+		if !sent {
+			close(found)
+		}
+	}()
+	select {
+	case addr, ok := <-found:
+		if !ok {
+			return "", fmt.Errorf("%s exited before it served", name)
+		}
+		return addr, nil
+	case <-time.After(20 * time.Second):
+		return "", fmt.Errorf("%s did not start within 20s", name)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// startNode starts a node in front of the emulator at emuURL, with env
+// (GOMEMLIMIT) as the proxy's.
+func (b *benchTargets) startNode(self, emuURL string, env []string, stderr io.Writer) error {
 	sum := sha256.Sum256([]byte(b.key))
 	config := fmt.Sprintf(`node: {name: bench, region: local, data_dir: %s, http: "127.0.0.1:0"}
 regions: [{name: local, jurisdiction: xx}]
@@ -207,29 +219,29 @@ probes: {disabled: true}
 tenants: [{name: bench, key_sha256: [%s]}]
 providers:
   - {name: emulator, region: local, base_url: %q, models: [{name: gpt-4o-mini, input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6}]}
-`, dir, hex.EncodeToString(sum[:]), emuURL)
-	path := filepath.Join(dir, "node.yaml")
+`, b.dir, hex.EncodeToString(sum[:]), emuURL)
+	path := filepath.Join(b.dir, "node.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
-		return nil, err
+		return err
 	}
 	// The node logs at warn: a line per request is not what is measured.
 	// Its address is chosen here, and it is up once /readyz answers.
 	nodeAddr, err := freeAddr()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	node := exec.Command(self, "agent", "-config", path, "-http", nodeAddr, "-log-level", "warn")
 	node.Stdout, node.Stderr = stderr, stderr
-	node.Env = proxy.Env
+	node.Env = env
 	if err := node.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	b.procs = append(b.procs, node)
 	if err := awaitReady("http://"+nodeAddr, 20*time.Second); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
 	b.targets = append(b.targets, bench.Target{Name: "llmesh", URL: "http://" + nodeAddr + "/v1", PID: node.Process.Pid})
-	return b, nil
+	return nil
 }
 
 // freeAddr returns a loopback address with a free port.
