@@ -174,6 +174,36 @@ func (n *Node) narrow(req *route.Request, in *inbound) error {
 	return nil
 }
 
+// memberIn reports whether gossip places the node called name in a
+// region of jurisdiction j.
+func (n *Node) memberIn(name string, j region.Jurisdiction) bool {
+	if n.forward == nil {
+		return false
+	}
+	m, ok := n.forward.view.member(name)
+	if !ok {
+		return false
+	}
+	reg, ok := n.s.Regions.Lookup(m.Meta.Region)
+	return ok && reg.Jurisdiction == j
+}
+
+// policyOf returns where a tenant's data may go: the ledger's view once
+// read (its residency when it sets one; strict transit if either says so),
+// else the configuration's.
+func (n *Node) policyOf(t *Tenant) (region.Residency, bool) {
+	res, strict := t.Residency, t.StrictTransit
+	if n.ledger != nil {
+		if p, ok := n.ledger.policy(t.Name); ok {
+			if p.residency.Restricted() {
+				res = p.residency
+			}
+			strict = strict || p.strict
+		}
+	}
+	return res, strict
+}
+
 // answerSink is where serve writes a request's answer: the transport's
 // response, which also takes refusals in OpenAI's shape.
 type answerSink interface {

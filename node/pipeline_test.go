@@ -184,3 +184,44 @@ func forwardVerdict(t *testing.T, mesh pb.MeshClient, c pipelineCase) verdict {
 		}
 	}
 }
+
+// A peer's request with strict transit must come from a node this one
+// places in the request's jurisdiction: from a node it cannot place, it
+// is refused before anything is planned, and the sender tries elsewhere.
+func TestPipelinePeerStrictTransit(t *testing.T) {
+	f := startNode(t, []upstream{{name: "big-eu", kind: "openai", juris: []string{"eu"}}}, func(c *node.Config) {
+		c.Node.RPC = "127.0.0.1:0"
+		c.Tenants = append(c.Tenants, node.TenantSection{Name: "acme-eu", KeySHA256: []string{sha(euKey)}, Residency: "eu"})
+	})
+	cc, err := grpc.NewClient(f.node.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	st, err := pb.NewMeshClient(cc).Forward(context.Background(), &pb.ForwardRequest{Origin: "peer-1", RequestId: "strict",
+		Tenant: "acme-eu", StrictTransit: true, Body: []byte(hello)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head *pb.Head
+	var body []byte
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			t.Fatalf("no trailer: %v", err)
+		}
+		if h := msg.GetHead(); h != nil {
+			head = h
+		}
+		body = append(body, msg.GetData()...)
+		if tr := msg.GetTrailer(); tr != nil {
+			if head == nil || head.Status != 503 || tr.ErrorCode != "no_compliant_provider" || !strings.Contains(string(body), "strict transit: the sending node peer-1") {
+				t.Fatalf("head %v, trailer %v: %s", head, tr, body)
+			}
+			break
+		}
+	}
+	if n := f.emus["big-eu"].Stats().Requests; n != 0 {
+		t.Fatalf("the provider got %d requests", n)
+	}
+}
