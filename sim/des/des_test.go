@@ -59,9 +59,9 @@ func checkInvariants(t *testing.T, s *Scenario, rs []Result) {
 }
 
 // runJSON runs every policy on s and returns the JSON report.
-func runJSON(t *testing.T, s *Scenario) (*bytes.Buffer, []Result) {
+func runJSON(t *testing.T, s *Scenario, o runOpts) (*bytes.Buffer, []Result) {
 	t.Helper()
-	rs, err := Run(s)
+	rs, err := run(s, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestDeterministic(t *testing.T) {
 	s.Providers[1].Outages = []Window{{Start: 20 * time.Minute, End: 30 * time.Minute}}
 	s.Providers[0].Replicas, s.Providers[0].RPM = 3, 60 // the ring and rate shares too
 	out := func() []byte {
-		b, rs := runJSON(t, s)
+		b, rs := runJSON(t, s, runOpts{})
 		b.WriteString(LatencyCDF(s, rs))
 		b.WriteString(CostOverTime(s, rs))
 		b.WriteString(LoadByRegion(s, rs[len(rs)-1]))
@@ -122,9 +122,7 @@ func TestSkippedSyncsChangeNothing(t *testing.T) {
 		s.Workload.SessionsPerHour = min(s.Workload.SessionsPerHour, 1500)
 	}
 	out := func(s *Scenario, every bool) []byte {
-		everySync = every
-		defer func() { everySync = false }()
-		b, _ := runJSON(t, s)
+		b, _ := runJSON(t, s, runOpts{everySync: every})
 		return b.Bytes()
 	}
 	for _, s := range ss {

@@ -1,9 +1,11 @@
 // Package des is llmesh's discrete-event simulator: a mesh of regions,
 // nodes, providers and tenants under a day's workload, in virtual time,
 // planned by the project's own code — the route planner and its policies,
-// provider health and outlier ejection, session affinity, the rate
-// limiter, and the budget ledger with each node's escrow holder — with
-// providers, networks and gossip delay modelled. It runs the same
+// the executor's admission step before every attempt (the residency
+// guard, provider health and outlier ejection, the budget escrow, rate
+// shares and the replica ring, settled by its ticket), session affinity,
+// the rate limiter, and the budget ledger with each node's escrow holder
+// — with provider calls, networks and gossip delay modelled. It runs the same
 // scenario and seed under several policies side by side and reports
 // cost, latency, failovers, affinity, residency violations and budget
 // overspend. Same scenario and seed, same output, byte for byte.
@@ -182,9 +184,6 @@ func ParseScenario(b []byte) (*Scenario, error) {
 }
 
 func (s *Scenario) check() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("scenario: %s: %s", field, fmt.Sprintf(format, args...))
-	}
 	if s.Duration <= 0 {
 		return bad("duration", "must be above 0")
 	}
@@ -197,23 +196,58 @@ func (s *Scenario) check() error {
 	if s.RTT.Local == 0 {
 		s.RTT.Local = time.Millisecond
 	}
+	regions, err := s.checkRegions()
+	if err != nil {
+		return err
+	}
+	models, err := s.checkProviders(regions)
+	if err != nil {
+		return err
+	}
+	if err := s.checkTenants(regions); err != nil {
+		return err
+	}
+	if err := s.Workload.check(models); err != nil {
+		return err
+	}
+	for i, p := range s.Partitions {
+		if p.End <= p.Start || len(p.Regions) == 0 {
+			return bad(fmt.Sprintf("partitions[%d]", i), "needs regions and must end after it starts")
+		}
+	}
+	return nil
+}
+
+// bad is a scenario error naming the field.
+func bad(field, format string, args ...any) error {
+	return fmt.Errorf("scenario: %s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// checkRegions checks the regions and the round trips between them, and
+// returns the regions' names.
+func (s *Scenario) checkRegions() (map[string]bool, error) {
 	regions := map[string]bool{}
 	if len(s.Regions) == 0 {
-		return bad("regions", "at least one is needed")
+		return nil, bad("regions", "at least one is needed")
 	}
 	for i := range s.Regions {
 		r := &s.Regions[i]
 		if r.Name == "" || r.Jurisdiction == "" || regions[r.Name] {
-			return bad(fmt.Sprintf("regions[%d]", i), "needs a unique name and a jurisdiction")
+			return nil, bad(fmt.Sprintf("regions[%d]", i), "needs a unique name and a jurisdiction")
 		}
 		regions[r.Name] = true
 		r.Nodes = max(r.Nodes, 1)
 	}
 	for i, p := range s.RTT.Pairs {
 		if !regions[p.A] || !regions[p.B] || p.RTT <= 0 {
-			return bad(fmt.Sprintf("rtt.pairs[%d]", i), "needs two known regions and an rtt above 0")
+			return nil, bad(fmt.Sprintf("rtt.pairs[%d]", i), "needs two known regions and an rtt above 0")
 		}
 	}
+	return regions, nil
+}
+
+// checkProviders checks the providers and returns the models they serve.
+func (s *Scenario) checkProviders(regions map[string]bool) (map[string]bool, error) {
 	names := map[string]bool{}
 	models := map[string]bool{}
 	for i := range s.Providers {
@@ -221,23 +255,23 @@ func (s *Scenario) check() error {
 		f := fmt.Sprintf("providers[%d]", i)
 		switch {
 		case p.Name == "" || names[p.Name]:
-			return bad(f+".name", "must be given and unique")
+			return nil, bad(f+".name", "must be given and unique")
 		case !regions[p.Region]:
-			return bad(f+".region", "%q is not a region", p.Region)
+			return nil, bad(f+".region", "%q is not a region", p.Region)
 		case p.Reach != "" && p.Reach != "global" && p.Reach != "region":
-			return bad(f+".reach", "must be global or region")
+			return nil, bad(f+".reach", "must be global or region")
 		case len(p.Models) == 0:
-			return bad(f+".models", "at least one is needed")
+			return nil, bad(f+".models", "at least one is needed")
 		case p.TTFT.Median <= 0 || p.TTFT.P99 < p.TTFT.Median:
-			return bad(f+".ttft", "needs a median above 0 and a p99 at least as large")
+			return nil, bad(f+".ttft", "needs a median above 0 and a p99 at least as large")
 		case p.TokensPerSecond <= 0:
-			return bad(f+".tokens_per_second", "must be above 0")
+			return nil, bad(f+".tokens_per_second", "must be above 0")
 		case p.ErrorRate < 0 || p.ErrorRate > 1:
-			return bad(f+".error_rate", "must be in [0, 1]")
+			return nil, bad(f+".error_rate", "must be in [0, 1]")
 		case p.RPM < 0 || p.TPM < 0:
-			return bad(f+".rpm", "limits must not be negative")
+			return nil, bad(f+".rpm", "limits must not be negative")
 		case p.Replicas < 0 || p.Replicas > route.MaxReplicas:
-			return bad(f+".replicas", "must be in [0, %d]", route.MaxReplicas)
+			return nil, bad(f+".replicas", "must be in [0, %d]", route.MaxReplicas)
 		}
 		names[p.Name] = true
 		for _, m := range p.Models {
@@ -245,10 +279,15 @@ func (s *Scenario) check() error {
 		}
 		for j, w := range p.Outages {
 			if w.End <= w.Start {
-				return bad(fmt.Sprintf("%s.outages[%d]", f, j), "must end after it starts")
+				return nil, bad(fmt.Sprintf("%s.outages[%d]", f, j), "must end after it starts")
 			}
 		}
 	}
+	return models, nil
+}
+
+// checkTenants checks the tenants and fills in their default weight.
+func (s *Scenario) checkTenants(regions map[string]bool) error {
 	if len(s.Tenants) == 0 {
 		return bad("tenants", "at least one is needed")
 	}
@@ -269,7 +308,12 @@ func (s *Scenario) check() error {
 			return bad(fmt.Sprintf("tenants[%d]", i), "budget_usd and weight must not be negative")
 		}
 	}
-	w := &s.Workload
+	return nil
+}
+
+// check checks the workload, whose models must be served, and fills in
+// its defaults.
+func (w *WorkloadSpec) check(models map[string]bool) error {
 	switch {
 	case w.SessionsPerHour <= 0:
 		return bad("workload.sessions_per_hour", "must be above 0")
@@ -292,11 +336,6 @@ func (s *Scenario) check() error {
 	w.Turns = math.Max(w.Turns, 1)
 	if w.ThinkTime == 0 {
 		w.ThinkTime = 20 * time.Second
-	}
-	for i, p := range s.Partitions {
-		if p.End <= p.Start || len(p.Regions) == 0 {
-			return bad(fmt.Sprintf("partitions[%d]", i), "needs regions and must end after it starts")
-		}
 	}
 	return nil
 }
