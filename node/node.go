@@ -123,7 +123,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	}
 	n := &Node{
 		s:          s,
-		log:        slog.New(redactHandler{opts.Logger.Handler(), red}).With("node", s.Name),
+		log:        slog.New(red.Handler(opts.Logger.Handler())).With("node", s.Name),
 		red:        red,
 		reg:        opts.Registry,
 		metrics:    newMetrics(opts.Registry),

@@ -1,4 +1,4 @@
-package node
+package route
 
 import (
 	"bytes"
@@ -7,16 +7,14 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/llmesh/llmesh/route"
 )
 
-// The node's log handler redacts registered secrets wherever they are in
+// The redactor's log handler redacts its secrets wherever they are in
 // a record: message, strings, errors, groups and With attributes.
 func TestRedactHandler(t *testing.T) {
 	const key = "sk-handler-test-0123456789"
 	var buf bytes.Buffer
-	log := slog.New(redactHandler{slog.NewJSONHandler(&buf, nil), route.NewRedactor(key)}).With("with", "k="+key)
+	log := slog.New(NewRedactor(key).Handler(slog.NewJSONHandler(&buf, nil))).With("with", "k="+key)
 	log.Info("message "+key, "s", key, "err", fmt.Errorf("wrapped: %w", errors.New(key)),
 		slog.Group("g", "inner", key), "list", []string{key}, "n", 3)
 	log.Info("clean", "s", "nothing", "n", 4)
