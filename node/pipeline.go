@@ -106,6 +106,11 @@ func (n *Node) admit(in *inbound) (*route.Request, error) {
 	return req, err
 }
 
+// renameSlack is how far a peer's body may exceed limits.max_body_bytes:
+// a forward carries the client's body with the model renamed to the one
+// the target serves (a group's member, say), which may be longer.
+const renameSlack = 1 << 10
+
 // admitBody is admit from the body on.
 func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	if in.read != nil {
@@ -115,8 +120,12 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 		}
 		in.body, in.read = b, nil
 	}
+	limit := n.s.MaxBodyBytes
+	if in.origin != fromClient {
+		limit += renameSlack
+	}
 	switch {
-	case int64(len(in.body)) > n.s.MaxBodyBytes:
+	case int64(len(in.body)) > limit:
 		return nil, errTooLarge
 	case len(in.body) == 0:
 		return nil, &route.InvalidRequestError{Msg: "the request body is empty"}
