@@ -359,8 +359,15 @@ func (s *Server) Shutdown() error {
 			err = s.raft.Shutdown().Error()
 		}
 		s.wg.Wait()
-		if c, ok := s.trans.(interface{ Close() error }); ok && s.cfg.Transport == nil {
-			_ = c.Close()
+		if s.cfg.Transport == nil {
+			// Close drops the listener only: the pooled connections to
+			// peers go too, so that their handlers of them end.
+			if c, ok := s.trans.(interface{ CloseStreams() }); ok {
+				c.CloseStreams()
+			}
+			if c, ok := s.trans.(interface{ Close() error }); ok {
+				_ = c.Close()
+			}
 		}
 		s.closeStores()
 	})
