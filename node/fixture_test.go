@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"maps"
@@ -17,6 +15,7 @@ import (
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/route"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness"
 )
 
 const testKey = "sk-test-0123456789abcdef"
@@ -49,10 +48,7 @@ type fixture struct {
 // testEnvKeys are environment variables every test node sees.
 var testEnvKeys = map[string]string{}
 
-func sha(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
+func sha(key string) string { return harness.KeySHA256(key) }
 
 func baseConfig() *node.Config {
 	return &node.Config{
@@ -128,14 +124,7 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 		if u.noEmulator {
 			ps.BaseURL = "http://" + closedAddr(t)
 		} else {
-			e, err := emulator.New(ec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Start("127.0.0.1:0"); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+			e := harness.StartEmulator(t, ec)
 			f.emus[u.name] = e
 			ps.BaseURL = e.URL()
 		}
@@ -144,24 +133,7 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 	if edit != nil {
 		edit(f.cfg)
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	n, err := node.New(f.cfg, node.Options{Logger: logger, Getenv: func(k string) string { return env[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	n := harness.StartNode(t, f.cfg, node.Options{Getenv: func(k string) string { return env[k] }})
 	f.node = n
 	f.url = "http://" + n.HTTPAddr()
 	return f
@@ -177,13 +149,6 @@ func closedAddr(t testing.TB) string {
 	addr := e.Addr()
 	_ = e.Shutdown(context.Background())
 	return addr
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // post sends a chat completion request with the test key.

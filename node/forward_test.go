@@ -23,6 +23,7 @@ import (
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/node/pki"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
@@ -87,8 +88,9 @@ func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node
 	base.node.Kill() // only its emulators and provider sections are wanted
 	f := &regionsFixture{nodes: map[string]*node.Node{}, urls: map[string]string{}, emus: base.emus, providers: base.cfg.Providers,
 		logs: map[string]*syncBuffer{}}
-	var seed string
-	for _, r := range []struct{ short, name string }{{"eu", "eu-west"}, {"us", "us-east"}, {"ap", "ap-south"}} {
+	regions := []struct{ short, name string }{{"eu", "eu-west"}, {"us", "us-east"}, {"ap", "ap-south"}}
+	var cfgs []*node.Config
+	for _, r := range regions {
 		cfg := baseConfig()
 		withRegions(cfg)
 		cfg.Node.Name = r.short + "-1"
@@ -96,19 +98,16 @@ func startRegions(t testing.TB, ups []upstream, edit func(region string, c *node
 		cfg.Node.Gossip = "127.0.0.1:0"
 		cfg.Node.RPC = "127.0.0.1:0"
 		cfg.Providers = base.cfg.Providers
-		if seed != "" {
-			cfg.Node.Join = []string{seed}
-		}
 		if edit != nil {
 			edit(r.short, cfg)
 		}
 		f.logs[r.short] = &syncBuffer{}
-		nd := startLogged(t, cfg, f.logs[r.short])
-		if seed == "" {
-			seed = nd.Mesh().Addr()
-		}
-		f.nodes[r.short] = nd
-		f.urls[r.short] = "http://" + nd.HTTPAddr()
+		cfgs = append(cfgs, cfg)
+	}
+	nodes := harness.StartMesh(t, cfgs, func(i int) node.Options { return testOptions(f.logs[regions[i].short]) })
+	for i, r := range regions {
+		f.nodes[r.short] = nodes[i]
+		f.urls[r.short] = "http://" + nodes[i].HTTPAddr()
 	}
 	wait.For(t, 30*time.Second, "every node to see the others with their RPC addresses", func() bool {
 		for _, nd := range f.nodes {
@@ -134,26 +133,18 @@ func startConfigured(t testing.TB, cfg *node.Config) *node.Node { return startLo
 // written to requests.
 func startLogged(t testing.TB, cfg *node.Config, requests io.Writer) *node.Node {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
+	return harness.JoinNode(t, cfg, testOptions(requests))
+}
+
+// testOptions are a test node's options: the test's environment, and
+// with requests not nil its info lines, JSON, written there (nil: the
+// kit's logger).
+func testOptions(requests io.Writer) node.Options {
+	o := node.Options{Version: "test", Getenv: func(k string) string { return testEnvKeys[k] }}
 	if requests != nil {
-		logger = slog.New(slog.NewJSONHandler(requests, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		o.Logger = slog.New(slog.NewJSONHandler(requests, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	nd, err := node.New(cfg, node.Options{Logger: logger, Version: "test", Getenv: func(k string) string { return testEnvKeys[k] }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nd.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = nd.Shutdown(ctx)
-	})
-	return nd
+	return o
 }
 
 func (f *regionsFixture) requests() map[string]int64 {

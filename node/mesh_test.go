@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
@@ -38,52 +39,29 @@ func startMeshWith(t *testing.T, n int, ups []upstream, edit func(i int, c *node
 	base := startNode(t, ups, nil)
 	base.node.Kill() // only its emulators and provider sections are wanted
 	m := &meshFixture{emus: base.emus}
+	var cfgs []*node.Config
 	for i := range n {
 		cfg := baseConfig()
 		cfg.Node.Name = fmt.Sprintf("node-%d", i)
 		cfg.Node.Region = []string{"eu-west", "us-east"}[i%2]
 		cfg.Node.Gossip = "127.0.0.1:0"
 		cfg.Providers = base.cfg.Providers
-		if i > 0 {
-			cfg.Node.Join = []string{m.nodes[0].Mesh().Addr()}
-		}
 		if edit != nil {
 			edit(i, cfg)
 		}
-		o := node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test",
+		cfgs = append(cfgs, cfg)
+	}
+	m.nodes = harness.StartMesh(t, cfgs, func(i int) node.Options {
+		o := node.Options{Logger: slog.New(slog.DiscardHandler), Version: "test",
 			Getenv: func(k string) string { return testEnvKeys[k] }}
 		if opts != nil {
 			opts(i, &o)
 		}
-		nd, err := node.New(cfg, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nd.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = nd.Shutdown(ctx)
-		})
-		m.nodes = append(m.nodes, nd)
+		return o
+	})
+	for _, nd := range m.nodes {
 		m.urls = append(m.urls, "http://"+nd.HTTPAddr())
 	}
-	wait.For(t, 30*time.Second, "every node to see every other, and be ready", func() bool {
-		for _, nd := range m.nodes {
-			alive := 0
-			for _, mem := range nd.Mesh().Members() {
-				if mem.State == "alive" {
-					alive++
-				}
-			}
-			if alive != n || !nd.Ready() {
-				return false
-			}
-		}
-		return true
-	})
 	return m
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmesh/llmesh/sim/harness/wait"
 	"go.uber.org/goleak"
 )
 
@@ -32,12 +33,10 @@ func TestMain(m *testing.M) {
 		os.Stderr.Write(out)
 		panic(err)
 	}
-	// goleak fails the run if a goroutine the tests started outlives
-	// them, then removes the binary.
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
+	// The run fails if a goroutine the tests started outlives them.
+	code := wait.Run(m, 10*time.Second, func() error { return goleak.Find() })
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // started runs the binary until the test ends and returns a reader of its

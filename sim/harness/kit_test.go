@@ -3,6 +3,7 @@ package harness_test
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,13 +11,14 @@ import (
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 	"go.uber.org/goleak"
 )
 
 // TestMain fails the run if a goroutine the tests started outlives them:
 // everything the kit starts must stop when its test ends.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	os.Exit(wait.Run(m, 10*time.Second, func() error { return goleak.Find() }))
 }
 
 const kitKey = "sk-kit-0123456789abcdef"

@@ -5,6 +5,8 @@
 package wait
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -67,5 +69,30 @@ func (p Poller) Until(t testing.TB, d time.Duration, what string, cond func() er
 			t.Fatalf("timed out after %v waiting for %s (last: %v)", d, what, err)
 		}
 		time.Sleep(p.Interval)
+	}
+}
+
+// Run runs m's tests (a *testing.M) and, if they pass, polls check until it returns nil
+// or d passes: for a goroutine-leak check (goleak.Find), which then
+// tolerates what a library still winds down for a moment after its
+// Shutdown returned (a memberlist probe in flight, say) but not what
+// never ends. It returns the exit code for os.Exit: m.Run's, or 1 with
+// check's last error printed if check never passed.
+func Run(m interface{ Run() int }, d time.Duration, check func() error) int {
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	deadline := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return 0
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "after the tests passed, for %v: %v\n", d, err)
+			return 1
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -80,3 +80,27 @@ func TestUntilSaysWhyAtTheDeadline(t *testing.T) {
 		t.Fatalf("called %d times, want 3", calls)
 	}
 }
+
+type fakeM int
+
+func (m fakeM) Run() int { return int(m) }
+
+// Run passes once the check does, fails if it never does, and keeps a
+// failed run's code without checking.
+func TestRunChecksAfterPassingTests(t *testing.T) {
+	calls := 0
+	if code := wait.Run(fakeM(0), time.Second, func() error {
+		if calls++; calls < 3 {
+			return errors.New("a goroutine still winding down")
+		}
+		return nil
+	}); code != 0 || calls != 3 {
+		t.Fatalf("code %d after %d checks, want 0 after 3", code, calls)
+	}
+	if code := wait.Run(fakeM(0), 100*time.Millisecond, func() error { return errors.New("leaked") }); code != 1 {
+		t.Fatalf("code %d for a check that never passes, want 1", code)
+	}
+	if code := wait.Run(fakeM(2), time.Second, func() error { t.Fatal("checked after failing tests"); return nil }); code != 2 {
+		t.Fatalf("code %d, want the tests' 2", code)
+	}
+}
