@@ -295,34 +295,10 @@ func sovereigntyTopology(t testing.TB, c chooser, cases int, withExecutor func(i
 // planning and a request; plans it, checks the plan, executes it
 // (sometimes corrupted) and checks every call.
 func sovereigntyCase(t testing.TB, c chooser, tp *topology, cat *Catalog, withExecutor bool) {
-	for i := range tp.nodes {
-		n := &tp.nodes[i]
-		n.down, n.draining = false, false
-		switch c.IntN(5) {
-		case 0:
-			n.down = true
-		case 1:
-			n.draining = true
-		}
-	}
+	randomizeNodes(c, tp)
 	self := tp.regions[c.IntN(len(tp.regions))].Name
-	health, replicas := randomHealth{}, randomHealth{}
 	now := time.Unix(1e9, 0)
-	for _, p := range cat.Providers() {
-		switch c.IntN(6) {
-		case 0:
-			health[p.Name] = Health{Ejected: true}
-		case 1:
-			health[p.Name] = Health{CoolingUntil: now.Add(time.Second)}
-		case 2:
-			health[p.Name] = Health{Degraded: true}
-		}
-		for i := range p.Replicas {
-			if c.IntN(3) == 0 {
-				replicas[p.ReplicaKey(i)] = Health{Ejected: true}
-			}
-		}
-	}
+	health, replicas := randomHealths(c, cat, now)
 	chat, err := ParseChatRequest([]byte(propBodies[c.IntN(len(propBodies))]))
 	if err != nil {
 		t.Fatal(err)
@@ -357,9 +333,50 @@ func sovereigntyCase(t testing.TB, c chooser, tp *topology, cat *Catalog, withEx
 	if !withExecutor || plan == nil {
 		return
 	}
-	// Corrupt the plan now and then: a target for any provider, direct or
-	// through any node, at any position. The guard must refuse whichever
-	// of them break the invariant.
+	corruptPlan(c, tp, cat, plan)
+	executeChecked(t, c, tp, cat, self, req, plan, now)
+}
+
+// randomizeNodes marks some of the topology's nodes down or draining.
+func randomizeNodes(c chooser, tp *topology) {
+	for i := range tp.nodes {
+		n := &tp.nodes[i]
+		n.down, n.draining = false, false
+		switch c.IntN(5) {
+		case 0:
+			n.down = true
+		case 1:
+			n.draining = true
+		}
+	}
+}
+
+// randomHealths makes some providers and replicas ejected, cooling down
+// or degraded at now.
+func randomHealths(c chooser, cat *Catalog, now time.Time) (health, replicas randomHealth) {
+	health, replicas = randomHealth{}, randomHealth{}
+	for _, p := range cat.Providers() {
+		switch c.IntN(6) {
+		case 0:
+			health[p.Name] = Health{Ejected: true}
+		case 1:
+			health[p.Name] = Health{CoolingUntil: now.Add(time.Second)}
+		case 2:
+			health[p.Name] = Health{Degraded: true}
+		}
+		for i := range p.Replicas {
+			if c.IntN(3) == 0 {
+				replicas[p.ReplicaKey(i)] = Health{Ejected: true}
+			}
+		}
+	}
+	return health, replicas
+}
+
+// corruptPlan now and then inserts into plan targets for any provider,
+// direct or through any node, at any position: the guard must refuse
+// whichever of them break the invariant.
+func corruptPlan(c chooser, tp *topology, cat *Catalog, plan *Plan) {
 	if c.IntN(2) == 0 {
 		for range 1 + c.IntN(3) {
 			ps := cat.Providers()
@@ -378,6 +395,11 @@ func sovereigntyCase(t testing.TB, c chooser, tp *topology, cat *Catalog, withEx
 			plan.Targets = append(plan.Targets[:at], append([]Target{tg}, plan.Targets[at:]...)...)
 		}
 	}
+}
+
+// executeChecked executes plan with calls recorded, and fails on any
+// call that breaks the invariant.
+func executeChecked(t testing.TB, c chooser, tp *topology, cat *Catalog, self string, req *Request, plan *Plan, now time.Time) {
 	rec := &recorder{t: t, c: c, byHost: map[string]*Provider{}, tp: tp, chatOK: propChatOK, chatErr: propChatErr}
 	for _, p := range cat.Providers() {
 		bases := p.Replicas
