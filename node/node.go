@@ -112,7 +112,7 @@ type Node struct {
 // nothing; Start does.
 func New(cfg *Config, opts Options) (*Node, error) {
 	opts = opts.withDefaults()
-	s, err := config.Resolve(cfg, config.Env{Getenv: opts.Getenv, ReadFile: opts.ReadFile})
+	s, err := config.Resolve(cfg, config.Env{Getenv: opts.Getenv, ReadFile: opts.ReadFile, PrivateIP: config.PrivateIP})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func (n *Node) planner() *route.Planner { return n.rt.Load().planner }
 func (n *Node) Reload(cfg *Config) error {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
-	s, err := config.Resolve(cfg, config.Env{Getenv: n.getenv, ReadFile: n.readFile})
+	s, err := config.Resolve(cfg, config.Env{Getenv: n.getenv, ReadFile: n.readFile, PrivateIP: config.PrivateIP})
 	if err != nil {
 		return err
 	}

@@ -12,13 +12,12 @@ import (
 type section func(c *File, env Env, s *Runtime, p *problems)
 
 // Resolve validates c and translates it into a Runtime. env reads the
-// environment variables and files that hold secrets, and nothing else is
-// read: Resolve is pure. Every problem found is reported, each naming its
-// field; no secret is ever part of a message.
+// environment variables and files that hold secrets and the interfaces
+// for node.advertise "auto"; nothing else is read, and a nil function of
+// env reads nothing: Resolve is pure. Every problem found is reported,
+// each naming its field; no secret is ever part of a message.
 func Resolve(c *File, env Env) (*Runtime, error) {
-	if env.PrivateIP == nil {
-		env.PrivateIP = PrivateIP
-	}
+	env = env.orNothing()
 	s := defaultRuntime(c.Node.Name, c.Node.Region)
 	var p problems
 	for _, resolve := range []section{

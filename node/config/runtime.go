@@ -2,6 +2,8 @@ package config
 
 import (
 	"crypto/sha256"
+	"errors"
+	"io/fs"
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
@@ -115,13 +117,33 @@ type Tenant struct {
 
 // Env is what Resolve reads besides the file: the environment variables
 // and files that hold secrets, and the interfaces node.advertise "auto"
-// picks an address from. Resolve does no other I/O.
+// picks an address from. Resolve does no other I/O. A nil function reads
+// nothing: every variable is unset, every file missing, and "auto" is
+// refused.
 type Env struct {
 	Getenv   func(string) string
 	ReadFile func(string) ([]byte, error)
-	// PrivateIP returns the address node.advertise "auto" stands for; nil
-	// means PrivateIP.
+	// PrivateIP returns the address node.advertise "auto" stands for
+	// (the node passes PrivateIP).
 	PrivateIP func() (string, error)
+}
+
+// orNothing fills e's nil functions with ones that read nothing.
+func (e Env) orNothing() Env {
+	if e.Getenv == nil {
+		e.Getenv = func(string) string { return "" }
+	}
+	if e.ReadFile == nil {
+		e.ReadFile = func(name string) ([]byte, error) {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+		}
+	}
+	if e.PrivateIP == nil {
+		e.PrivateIP = func() (string, error) {
+			return "", errors.New("this node's interfaces are not available to the configuration")
+		}
+	}
+	return e
 }
 
 // Defaults applied by Resolve.
