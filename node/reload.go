@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
@@ -36,7 +35,7 @@ func (n *Node) Reload(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	if f := restartField(n.cfg, cfg); f != "" {
+	if f := config.RestartField(n.cfg, cfg); f != "" {
 		return fmt.Errorf("%s changed: restart the node to apply it (only providers and groups reload)", f)
 	}
 	catalog, err := route.NewCatalog(s.Providers, s.Groups...)
@@ -95,46 +94,4 @@ func (n *Node) putRates(was, now *route.Catalog) {
 			}
 		}
 	})
-}
-
-// restartField names the first setting that differs between a and b
-// outside providers and groups, or "".
-func restartField(a, b *Config) string {
-	if a == nil || b == nil {
-		return ""
-	}
-	av, bv := reflect.ValueOf(*a), reflect.ValueOf(*b)
-	t := av.Type()
-	for i := range t.NumField() {
-		tag := yamlName(t.Field(i))
-		if tag == "providers" || tag == "groups" {
-			continue
-		}
-		fa, fb := av.Field(i), bv.Field(i)
-		if fa.Kind() == reflect.Struct {
-			for j := range fa.NumField() {
-				if !reflect.DeepEqual(fa.Field(j).Interface(), fb.Field(j).Interface()) {
-					return tag + "." + yamlName(fa.Type().Field(j))
-				}
-			}
-			continue
-		}
-		if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
-			return tag
-		}
-	}
-	return ""
-}
-
-func yamlName(f reflect.StructField) string {
-	tag := f.Tag.Get("yaml")
-	for i := range len(tag) {
-		if tag[i] == ',' {
-			return tag[:i]
-		}
-	}
-	if tag == "" {
-		return f.Name
-	}
-	return tag
 }
