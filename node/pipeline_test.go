@@ -62,12 +62,7 @@ func TestPipelineAdmitsOnceForEveryEntry(t *testing.T) {
 		c.Limits.MaxBodyBytes = 4 << 10
 		c.Tenants = append(c.Tenants, node.TenantSection{Name: "acme-eu", KeySHA256: []string{sha(euKey)}, Residency: "eu"})
 	})
-	cc, err := grpc.NewClient(f.node.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	mesh := pb.NewMeshClient(cc)
+	mesh := meshClient(t, f)
 
 	msg := `{"role":"user","content":"hi"}`
 	chat := func(model string, msgs int) string {
@@ -115,6 +110,17 @@ func TestPipelineAdmitsOnceForEveryEntry(t *testing.T) {
 	if n := f.emus["mini-us"].Stats().Requests; n != 0 {
 		t.Fatalf("the us provider got %d requests", n)
 	}
+}
+
+// meshClient calls f's node as a peer does, over its node.rpc listener.
+func meshClient(t *testing.T, f *fixture) pb.MeshClient {
+	t.Helper()
+	cc, err := grpc.NewClient(f.node.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return pb.NewMeshClient(cc)
 }
 
 func chatVerdict(t *testing.T, f *fixture, c pipelineCase) verdict {
@@ -193,12 +199,7 @@ func TestPipelinePeerStrictTransit(t *testing.T) {
 		c.Node.RPC = "127.0.0.1:0"
 		c.Tenants = append(c.Tenants, node.TenantSection{Name: "acme-eu", KeySHA256: []string{sha(euKey)}, Residency: "eu"})
 	})
-	cc, err := grpc.NewClient(f.node.RPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	st, err := pb.NewMeshClient(cc).Forward(context.Background(), &pb.ForwardRequest{Origin: "peer-1", RequestId: "strict",
+	st, err := meshClient(t, f).Forward(context.Background(), &pb.ForwardRequest{Origin: "peer-1", RequestId: "strict",
 		Tenant: "acme-eu", StrictTransit: true, Body: []byte(hello)})
 	if err != nil {
 		t.Fatal(err)
@@ -223,5 +224,61 @@ func TestPipelinePeerStrictTransit(t *testing.T) {
 	}
 	if n := f.emus["big-eu"].Stats().Requests; n != 0 {
 		t.Fatalf("the provider got %d requests", n)
+	}
+}
+
+// A tenant at its concurrency bound on a node is refused there whether its
+// request comes from a client or a peer, with the same answer; explain
+// holds no place, so it still answers.
+func TestPipelineTenantConcurrency(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	holding := hostile(t, func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"slow-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	})
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {
+		c.Node.RPC = "127.0.0.1:0"
+		c.Limits.MaxConcurrentPerTenant = 1
+		c.Providers = append(c.Providers, node.ProviderSection{Name: "holding", Kind: "openai", Region: "eu-west", BaseURL: holding,
+			Models: []node.ModelSection{{Name: "slow-model", InputUSDPerMTok: 1, OutputUSDPerMTok: 1}}})
+	})
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(`{"model":"slow-model","messages":[{"role":"user","content":"wait"}]}`))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	select {
+	case <-held: // t1's one place is taken
+	case code := <-done:
+		t.Fatalf("the request meant to hold t1's place ended: %d", code)
+	}
+	c := pipelineCase{key: testKey, tenant: "t1", body: hello,
+		want: verdict{429, "rate_limited", "(limits.max_concurrent_per_tenant)"}}
+	chat, forward := chatVerdict(t, f, c), forwardVerdict(t, meshClient(t, f), c)
+	for entry, v := range map[string]verdict{"chat": chat, "forward": forward} {
+		if v.Status != c.want.Status || v.Code != c.want.Code || !strings.Contains(v.Message, c.want.Message) || v != chat {
+			t.Errorf("%s answered %+v, want %+v (chat %+v)", entry, v, c.want, chat)
+		}
+	}
+	if v := explainVerdict(t, f, c); v.Status != http.StatusOK {
+		t.Errorf("explain at the bound: %+v", v)
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("the held request: %d", code)
 	}
 }
