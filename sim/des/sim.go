@@ -149,7 +149,7 @@ type simNode struct {
 	touched bool
 	due     time.Time
 	// exec admits the node's attempts; far, by via node, admits them at
-	// the via node (see simRequest.try).
+	// the via node (see simRequest.admit).
 	exec *route.Executor
 	far  map[string]*route.Executor
 }
@@ -275,43 +275,21 @@ func (r *simRequest) call() {
 	r.sent++
 }
 
-// try makes attempt a of the request on t. The node admits it with its
-// executor's admission step; through a via node, the hop is modelled (a
-// cut-off region's forward times out) and the via node admits it as its
-// executor would: its own guard, rate share and ring, while the health
-// learnt of the provider and the budget escrow stay the calling node's,
-// as gossip and the far node's escrow are not modelled.
+// try makes attempt a of the request on t: admitted, the modelled call.
 func (r *simRequest) try(a int, t *route.Target) verdict {
-	w, n := r.w, r.s.node
-	spec := w.specs[t.Provider()]
+	tk, t, hop, v := r.admit(t)
+	if tk == nil {
+		return v
+	}
+	w, spec := r.w, r.w.specs[t.Provider()]
 	at := w.now + w.elapsed
-	tk, err := n.exec.Admit(context.Background(), r.req, t)
-	hop := time.Duration(0)
-	if err == nil && t.Via != "" {
-		if w.cut(n.region, t.ViaRegion, at) {
-			r.call()
-			w.elapsed += forwardTimeout
-			return next
-		}
-		hop = w.rtt(n.region, t.ViaRegion)
-		via := w.nodeByName[t.Via]
-		t = r.atVia(t, via)
-		tk, err = w.farExec(n, via).Admit(context.Background(), r.forwarded(), t)
-	} else if err == nil && spec.Region != n.region {
-		hop = w.rtt(n.region, spec.Region) // a global provider far away
-	}
-	if err != nil {
-		return r.refused(err)
-	}
 	r.call()
-	tokens := r.prompt + r.completion
-	switch {
-	case inWindow(spec.Outages, at) || w.uniform(r.id, a) < spec.ErrorRate:
+	if inWindow(spec.Outages, at) || w.uniform(r.id, a) < spec.ErrorRate {
 		w.elapsed += hop + failFast
 		tk.Settle(route.Report{Outcome: route.OutcomeHTTPError})
 		return next
 	}
-	if ok, _ := w.limiter.Take(t.Provider(), tokens, w.attemptClock()); !ok {
+	if ok, _ := w.limiter.Take(t.Provider(), r.prompt+r.completion, w.attemptClock()); !ok {
 		w.elapsed += hop + failFast
 		w.res.Upstream429++
 		tk.Settle(route.Report{Outcome: route.OutcomeRateLimited, RetryAfter: time.Second})
@@ -330,8 +308,43 @@ func (r *simRequest) try(a int, t *route.Target) verdict {
 	}
 	w.answered(r.s, r.turn, t.Provider(), replica, spec, w.elapsed+hop+ttft, total, cost, r.req.Residency)
 	used := route.Usage{PromptTokens: r.prompt, CompletionTokens: r.completion}
+	// What the call holds (budget, rate share, the replica's slot) is
+	// spent when the answer ends.
 	w.at(w.now+total, func() { tk.Spend(route.Report{Answered: true, Known: true, Usage: used}) })
 	return answered
+}
+
+// admit runs the executor's admission step for t at the request's node
+// and returns the ticket, the target as the node that calls the provider
+// tries it, and the network hop to that provider; a nil ticket comes with
+// the verdict. Through a via node, the hop is modelled first (a cut-off
+// region's forward times out) and the via node admits the attempt as its
+// executor would: its own guard, rate share and ring, while the health
+// learnt of the provider and the budget escrow stay the calling node's
+// (gossip's spread of health and the far node's escrow are not modelled).
+func (r *simRequest) admit(t *route.Target) (*route.Ticket, *route.Target, time.Duration, verdict) {
+	w, n := r.w, r.s.node
+	tk, err := n.exec.Admit(context.Background(), r.req, t)
+	hop := time.Duration(0)
+	switch {
+	case err != nil:
+	case t.Via != "":
+		if w.cut(n.region, t.ViaRegion, w.now+w.elapsed) {
+			r.call()
+			w.elapsed += forwardTimeout
+			return nil, nil, 0, next
+		}
+		hop = w.rtt(n.region, t.ViaRegion)
+		via := w.nodeByName[t.Via]
+		t = r.atVia(t, via)
+		tk, err = w.farExec(n, via).Admit(context.Background(), r.forwarded(), t)
+	case w.specs[t.Provider()].Region != n.region:
+		hop = w.rtt(n.region, w.specs[t.Provider()].Region) // a global provider far away
+	}
+	if err != nil {
+		return nil, nil, 0, r.refused(err)
+	}
+	return tk, t, hop, next
 }
 
 // refused counts an admission's refusal: the guard's, a target blocked;
@@ -378,7 +391,7 @@ func (r *simRequest) forwarded() *route.Request {
 }
 
 // farExec is the executor with which a via node admits the attempts from
-// node from (see simRequest.try), made on first use.
+// node from (see simRequest.admit), made on first use.
 func (w *world) farExec(from, via *simNode) *route.Executor {
 	if e := from.far[via.name]; e != nil {
 		return e
