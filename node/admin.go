@@ -89,7 +89,7 @@ func fromLoopback(r *http.Request) bool {
 
 func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 	if n.mesh == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"members": []views.MemberInfo{{
+		writeJSON(w, http.StatusOK, views.Members{Members: []views.MemberInfo{{
 			Name: n.s.Name, Region: n.s.Region, Jurisdiction: n.s.Jurisdiction, HTTP: n.HTTPAddr(),
 			State: "alive", Voter: n.s.Voter, RTTMillis: 0, Self: true,
 		}}})
@@ -109,7 +109,7 @@ func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 			Build: m.Meta.Build, Self: m.Self,
 		})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"members": out})
+	writeJSON(w, http.StatusOK, views.Members{Members: out})
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -145,7 +145,7 @@ func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, info)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.Name, "providers": out})
+	writeJSON(w, http.StatusOK, views.Providers{Node: n.s.Name, Providers: out})
 }
 
 // join serves POST /v1/mesh/join {"addrs": ["host:port", ...]}.
@@ -198,7 +198,7 @@ func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
 	if gotLin {
 		consistency = "linearizable"
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"consistency": consistency, "budgets": out})
+	writeJSON(w, http.StatusOK, views.Budgets{Consistency: consistency, Budgets: out})
 }
 
 // readLedgerView reads one of the ledger's views (through the leader when

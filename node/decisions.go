@@ -96,5 +96,5 @@ func (n *Node) decisionsHandler(w http.ResponseWriter, r *http.Request) {
 	for _, e := range n.decided.last(limit) {
 		out = append(out, e.view(n.red))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": n.s.Name, "decisions": out})
+	writeJSON(w, http.StatusOK, views.Decisions{Node: n.s.Name, Decisions: out})
 }

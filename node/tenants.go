@@ -162,7 +162,7 @@ func (n *Node) tenantsList(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, ti)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tenants": out})
+	writeJSON(w, http.StatusOK, views.Tenants{Tenants: out})
 }
 
 // addTenantKey serves POST /v1/mesh/tenants/{tenant}/keys

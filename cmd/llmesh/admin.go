@@ -109,7 +109,7 @@ func printJSON(w io.Writer, raw []byte) error {
 
 func runMembers(args []string, stdout, stderr io.Writer) int {
 	return verb("members", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
-		var doc struct{ Members []views.MemberInfo }
+		var doc views.Members
 		raw, err := c.do(http.MethodGet, "/v1/mesh/members", nil, &doc)
 		if err != nil || c.json {
 			return orJSON(stdout, raw, err)
@@ -132,10 +132,7 @@ func runMembers(args []string, stdout, stderr io.Writer) int {
 
 func runProviders(args []string, stdout, stderr io.Writer) int {
 	return verb("providers", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
-		var doc struct {
-			Node      string
-			Providers []views.ProviderInfo
-		}
+		var doc views.Providers
 		raw, err := c.do(http.MethodGet, "/v1/mesh/providers", nil, &doc)
 		if err != nil || c.json {
 			return orJSON(stdout, raw, err)
@@ -228,10 +225,7 @@ func runBudgets(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var doc struct {
-		Consistency string
-		Budgets     []views.BudgetInfo
-	}
+	var doc views.Budgets
 	raw, err := c.do(http.MethodGet, "/v1/mesh/budgets?consistency="+*consistency, nil, &doc)
 	if err != nil || c.json {
 		if err := orJSON(stdout, raw, err); err != nil {

@@ -43,7 +43,7 @@ func runTenants(args []string, stdout, stderr io.Writer) int {
 	switch sub {
 	case "list":
 		return verb("tenants list", args, stdout, stderr, 0, func(c *adminClient, _ []string) error {
-			var doc struct{ Tenants []views.TenantInfo }
+			var doc views.Tenants
 			raw, err := c.do(http.MethodGet, "/v1/mesh/tenants", nil, &doc)
 			if err != nil || c.json {
 				return orJSON(stdout, raw, err)
@@ -101,7 +101,7 @@ func runTenantsAdd(sub string, args []string, stdout, stderr io.Writer) int {
 	}
 	var old []string
 	if sub == "rotate" {
-		var doc struct{ Tenants []views.TenantInfo }
+		var doc views.Tenants
 		if _, err := c.do(http.MethodGet, "/v1/mesh/tenants", nil, &doc); err != nil {
 			return fail(err)
 		}
