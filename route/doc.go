@@ -2,7 +2,9 @@
 // request to a provider and back: the provider catalog and its adapters
 // (OpenAI and every OpenAI-compatible server, Azure OpenAI), request
 // decoding, token estimation, the planner and its policy, outlier detection
-// and 429 cooldowns, the local rate limiter, and the executor that fails over
+// and 429 cooldowns, the local rate limiter, and the executor that admits
+// each attempt in one step (Executor.Admit: the guard, budget, health, rate
+// share and replica ring, returning a ticket that settles once), fails over
 // before the first byte and relays server-sent events chunk by chunk.
 //
 // route imports only the standard library, region/ and small leaf
