@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/route"
 )
@@ -86,12 +87,17 @@ func (n *Node) buildLedger(catalog *route.Catalog, opts Options) (route.QuotaGat
 	if !n.s.Ledger {
 		return route.NewLimiter(catalog.Providers()), nil, nil
 	}
-	l, err := newLedger(n, n.s, catalog, opts.LedgerTuning)
+	s := n.s
+	l, err := newLedger(s, catalog, opts.LedgerTuning, ledgerDeps{
+		log: n.log, now: n.now, catalog: n.catalog, mesh: n.mesh, rpcAddr: n.rpcAddr,
+		observeApply: func(d time.Duration) { n.metrics.raftApply.Observe(d.Seconds()) },
+		setTenants:   func(ts []consensus.Tenant) { n.tenants.Store(newTenantKeys(s.Tenants, ts)) },
+	})
 	if err != nil {
 		return nil, nil, err
 	}
 	n.ledger = l
-	opts.Registry.MustRegister(&ledgerCollector{n: n})
+	opts.Registry.MustRegister(&ledgerCollector{l: l, rateWaiting: func() int { return int(n.admitted.rateWaiting.Load()) }})
 	return l.rates, budgetGate{l.budgets}, nil
 }
 

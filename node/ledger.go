@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -22,7 +24,8 @@ import (
 // other nodes), the client that reaches the leader, the gRPC server peers
 // reach this node on, and the holders the request path spends from.
 type ledger struct {
-	n       *Node
+	name    string // this node's
+	log     *slog.Logger
 	server  *consensus.Server
 	client  *consensus.Client
 	budgets *consensus.BudgetHolder
@@ -37,6 +40,10 @@ type ledger struct {
 	// policies are the tenants' residency and strict transit as the
 	// ledger holds them, once read.
 	policies atomic.Pointer[map[string]tenantPolicy]
+	// setTenants hands the ledger's tenants to the request path each
+	// time they change.
+	setTenants func([]consensus.Tenant)
+	members    membership
 
 	cancel context.CancelFunc
 	loops  sync.WaitGroup
@@ -46,8 +53,30 @@ type ledger struct {
 // use faster timings or in-memory stores).
 type LedgerTuning func(*consensus.ServerConfig)
 
-func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning LedgerTuning) (*ledger, error) {
-	l := &ledger{n: n, configBudgeted: map[string]bool{}}
+// ledgerDeps are what a node's part in the ledger uses of the node.
+type ledgerDeps struct {
+	log *slog.Logger
+	now func() time.Time
+	// catalog returns the providers as now configured (a reload
+	// replaces them): a new leader seeds their capacities.
+	catalog func() *route.Catalog
+	mesh    *gossip.Mesh  // nil when the node does not gossip
+	rpcAddr func() string // the gRPC listener's address, once open
+	// observeApply records how long a command took to apply, on a
+	// leading voter.
+	observeApply func(time.Duration)
+	// setTenants receives the ledger's tenants each time they change.
+	setTenants func([]consensus.Tenant)
+}
+
+func newLedger(s *config.Runtime, catalog *route.Catalog, tuning LedgerTuning, d ledgerDeps) (*ledger, error) {
+	l := &ledger{name: s.Name, log: d.log, setTenants: d.setTenants, configBudgeted: map[string]bool{}}
+	l.members = membership{self: s.Name, mesh: d.mesh, rpcAddr: d.rpcAddr, raftAddr: func() string {
+		if l.server == nil {
+			return ""
+		}
+		return l.server.Addr()
+	}}
 	for _, t := range s.Tenants {
 		if t.Budget != nil {
 			l.configBudgeted[t.Name] = true
@@ -57,8 +86,8 @@ func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning Ledger
 	l.budgeted.Store(&unknown)
 	if s.Raft != nil {
 		cfg := *s.Raft
-		cfg.Seed = func() []consensus.Command { return seedCommands(s, n.catalog()) }
-		cfg.Membership, cfg.Logger, cfg.Clock = membership{n}, n.log.With("component", "raft"), n.now
+		cfg.Seed = func() []consensus.Command { return seedCommands(s, d.catalog()) }
+		cfg.Membership, cfg.Logger, cfg.Clock = l.members, d.log.With("component", "raft"), d.now
 		if tuning != nil {
 			tuning(&cfg)
 		}
@@ -66,14 +95,14 @@ func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning Ledger
 		if err != nil {
 			return nil, err
 		}
-		srv.ObserveApply(func(d time.Duration) { n.metrics.raftApply.Observe(d.Seconds()) })
+		srv.ObserveApply(d.observeApply)
 		l.server = srv
 	}
 	auth := consensus.PeerAuth{Token: s.RPCToken}
 	if s.TLS != nil {
 		auth.TLS = s.TLS.Client
 	}
-	l.client = consensus.NewClient(s.Name, l.server, membership{n}, auth)
+	l.client = consensus.NewClient(s.Name, l.server, l.members, auth)
 	l.budgets = consensus.NewBudgetHolder(s.Name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
 	l.budgets.SetAdmission(s.AdmissionQueue)
 	l.budgets.SetRecalls(func(ctx context.Context) ([]string, error) {
@@ -86,17 +115,17 @@ func newLedger(n *Node, s *config.Runtime, catalog *route.Catalog, tuning Ledger
 		return tenants, err
 	})
 	l.rates = consensus.NewRateHolder(s.Name, rateCapacities(catalog.Providers()), l.client.Rates, func() int {
-		if n.mesh == nil {
+		if d.mesh == nil {
 			return 1
 		}
 		alive := 0
-		for _, m := range n.mesh.Members() {
+		for _, m := range d.mesh.Members() {
 			if m.State == "alive" || m.State == "draining" {
 				alive++
 			}
 		}
 		return alive
-	}, func() bool { return len(membership{n}.Voters()) == 0 })
+	}, func() bool { return len(l.members.Voters()) == 0 })
 	return l, nil
 }
 
@@ -165,7 +194,7 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		if *l.budgeted.Load() == nil {
 			wait = 200 * time.Millisecond
 		}
-		if len(membership{l.n}.Voters()) == 0 {
+		if len(l.members.Voters()) == 0 {
 			l.budgeted.Store(&l.configBudgeted)
 			continue
 		}
@@ -192,7 +221,7 @@ func (l *ledger) refreshTenants(ctx context.Context) {
 		}
 		l.budgeted.Store(&m)
 		l.policies.Store(&pol)
-		l.n.tenants.Store(newTenantKeys(l.n.s.Tenants, ts))
+		l.setTenants(ts)
 	}
 }
 
@@ -238,10 +267,10 @@ func (l *ledger) handOverLeadership() {
 		return
 	}
 	if err := l.server.TransferLeadership(); err != nil {
-		l.n.log.Warn("could not hand over Raft leadership; the others will elect a leader", "err", err)
+		l.log.Warn("could not hand over Raft leadership; the others will elect a leader", "err", err)
 		return
 	}
-	l.n.log.Info("Raft leadership handed over")
+	l.log.Info("Raft leadership handed over")
 }
 
 // awaitRemoval waits, after the node left gossip, until the leader has
@@ -256,17 +285,17 @@ func (l *ledger) awaitRemoval(ctx context.Context) {
 	defer cancel()
 	for {
 		peers, err := l.server.Peers()
-		if err == nil && !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.Name }) {
-			l.n.log.Info("removed from the Raft configuration")
+		if err == nil && !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.name }) {
+			l.log.Info("removed from the Raft configuration")
 			return
 		}
 		if l.peersElsewhere(ctx) {
-			l.n.log.Info("removed from the Raft configuration")
+			l.log.Info("removed from the Raft configuration")
 			return
 		}
 		select {
 		case <-ctx.Done():
-			l.n.log.Warn("still in the Raft configuration: the leader will remove this voter once it sees it left")
+			l.log.Warn("still in the Raft configuration: the leader will remove this voter once it sees it left")
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -281,7 +310,7 @@ func (l *ledger) soleVoter() bool {
 		return false
 	}
 	for _, p := range peers {
-		if p.Voter && p.ID != l.n.s.Name {
+		if p.Voter && p.ID != l.name {
 			return false
 		}
 	}
@@ -297,7 +326,7 @@ func (l *ledger) peersElsewhere(ctx context.Context) bool {
 	if err != nil || len(peers) == 0 {
 		return false
 	}
-	return !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.n.s.Name })
+	return !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.name })
 }
 
 // peers reads the Raft configuration: from the leader when
@@ -336,19 +365,24 @@ func (l *ledger) kill() {
 
 // membership gives the consensus layer the voters gossip knows, and this
 // node itself.
-type membership struct{ n *Node }
+type membership struct {
+	self     string
+	mesh     *gossip.Mesh  // nil when the node does not gossip
+	raftAddr func() string // this voter's Raft address; "" on other nodes
+	rpcAddr  func() string
+}
 
-// Voters implements consensus.Membership.
+// Voters implements consensus.Membership. Without gossip, the voters are
+// this node when it is one.
 func (m membership) Voters() []consensus.VoterInfo {
-	n := m.n
 	var out []consensus.VoterInfo
-	if n.mesh == nil {
-		if n.ledger != nil && n.ledger.server != nil {
-			out = append(out, consensus.VoterInfo{ID: n.s.Name, RaftAddr: n.ledger.server.Addr(), RPCAddr: n.rpcAddr(), State: "alive"})
+	if m.mesh == nil {
+		if addr := m.raftAddr(); addr != "" {
+			out = append(out, consensus.VoterInfo{ID: m.self, RaftAddr: addr, RPCAddr: m.rpcAddr(), State: "alive"})
 		}
 		return out
 	}
-	for _, mem := range n.mesh.Members() {
+	for _, mem := range m.mesh.Members() {
 		if mem.Meta.Voter {
 			out = append(out, consensus.VoterInfo{ID: mem.Name, RaftAddr: mem.Meta.Raft, RPCAddr: mem.Meta.RPC, State: mem.State})
 		}
@@ -358,14 +392,13 @@ func (m membership) Voters() []consensus.VoterInfo {
 
 // Gone implements consensus.Membership: a node failed, left, or unknown.
 func (m membership) Gone(node string) bool {
-	n := m.n
-	if node == n.s.Name {
+	if node == m.self {
 		return false
 	}
-	if n.mesh == nil {
+	if m.mesh == nil {
 		return true
 	}
-	for _, mem := range n.mesh.Members() {
+	for _, mem := range m.mesh.Members() {
 		if mem.Name == node {
 			return mem.State == "failed" || mem.State == "left"
 		}

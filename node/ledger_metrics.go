@@ -10,7 +10,11 @@ import (
 )
 
 // ledgerCollector reads the ledger's figures when Prometheus scrapes.
-type ledgerCollector struct{ n *Node }
+type ledgerCollector struct {
+	l *ledger
+	// rateWaiting counts the requests waiting now for a rate share.
+	rateWaiting func() int
+}
 
 var (
 	descLeases = prometheus.NewDesc("llmesh_ledger_leases_outstanding",
@@ -44,7 +48,7 @@ func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
-	l := c.n.ledger
+	l := c.l
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -52,7 +56,7 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLeases, float64(leases), "node")
 	gauge(descReserved, free.USD(), "node")
 	gauge(descInflight, inflight.USD())
-	gauge(descAdmissionQueue, float64(l.budgets.Waiting()+int(c.n.admitted.rateWaiting.Load())))
+	gauge(descAdmissionQueue, float64(l.budgets.Waiting()+c.rateWaiting()))
 	for p, s := range l.rates.Shares(time.Now()) {
 		for i, dim := range []string{"requests", "tokens"} {
 			if !math.IsInf(s[i], 0) {
