@@ -1,24 +1,18 @@
 package node
 
 import (
-	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -152,99 +146,6 @@ func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	n.serve(r.Context(), in, sink)
 }
 
-// admitWaitStep bounds one wait for a rate share: the request is planned
-// again after it, as a share renewed or a window moved on may admit it.
-const admitWaitStep = 100 * time.Millisecond
-
-// admitAgain waits, when err refused req for a reason that lapses by
-// itself (every provider over this node's rate share or cooling down), a
-// step toward its admission deadline, and reports how long it waited and
-// whether to plan again: a request is refused 429 only once
-// limits.admission_wait has passed. Nothing was sent to the client.
-func (n *Node) admitAgain(ctx context.Context, req *route.Request, err error) (time.Duration, bool) {
-	var ra *route.RetryAfterError
-	if !errors.As(err, &ra) || !ra.Transient {
-		return 0, false
-	}
-	left := req.AdmitBy.Sub(n.now())
-	if left <= 0 {
-		return 0, false
-	}
-	wait := min(ra.After, left, admitWaitStep)
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	n.admitted.rateWaiting.Add(1)
-	defer n.admitted.rateWaiting.Add(-1)
-	select {
-	case <-ctx.Done():
-		return 0, false
-	case <-t.C:
-		return wait, true
-	}
-}
-
-// parseChat decodes a chat completion request within the node's limits.
-func (n *Node) parseChat(body []byte) (*route.ChatRequest, error) {
-	chat, err := route.ParseChatRequest(body)
-	if err != nil {
-		return nil, err
-	}
-	if len(chat.Messages) > n.s.MaxMessages {
-		return nil, &route.InvalidRequestError{Param: "messages", Msg: fmt.Sprintf("%d messages; this node takes at most %d (limits.max_messages)", len(chat.Messages), n.s.MaxMessages)}
-	}
-	return chat, nil
-}
-
-// tenantEnter counts a request of tenant in flight on this node, unless
-// the tenant already has limits.max_concurrent_per_tenant; tenantLeave
-// uncounts it.
-func (n *Node) tenantEnter(tenant string) bool {
-	c, ok := n.perTenant.Load(tenant)
-	if !ok {
-		c, _ = n.perTenant.LoadOrStore(tenant, new(atomic.Int64))
-	}
-	if c.(*atomic.Int64).Add(1) > int64(n.s.MaxInFlight) {
-		c.(*atomic.Int64).Add(-1)
-		return false
-	}
-	return true
-}
-
-func (n *Node) tenantLeave(tenant string) {
-	if c, ok := n.perTenant.Load(tenant); ok {
-		c.(*atomic.Int64).Add(-1)
-	}
-}
-
-// maxPromptLog bounds a body as -log-prompts logs it.
-const maxPromptLog = 64 << 10
-
-// logPrompt logs a request's body when the node was started with
-// -log-prompts, and does nothing otherwise.
-func (n *Node) logPrompt(id, tenant string, body []byte) {
-	if !n.logPrompts {
-		return
-	}
-	b, cut := body, false
-	if len(b) > maxPromptLog {
-		b, cut = b[:maxPromptLog], true
-	}
-	n.log.Info("prompt", "request_id", id, "tenant", tenant, "body", string(b), "cut", cut)
-}
-
-// maxSessionKey bounds a session key as the node keeps it: longer ones
-// (a session header or user field may be kilobytes) are kept as their
-// SHA-256, which maps them just as well.
-const maxSessionKey = 128
-
-func sessionKey(s string) string {
-	if len(s) <= maxSessionKey {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 // requestID returns the client's X-Request-Id when it is a short printable
 // token, else a new random one. It follows the request into the logs of
 // every node it passes.
@@ -319,86 +220,6 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-}
-
-// account records one finished request in metrics, the log, the recent
-// decisions and its span (sp, nil when not traced). e.err is the error
-// the client was answered with, if any; e.origin the node that forwarded
-// the request here, "" when a client called this node. Tokens and cost
-// count on the node that called the provider, so a forwarded request is
-// not counted twice.
-func (n *Node) account(e decision, sp *tracing.Span) {
-	e.took = n.now().Sub(e.at)
-	n.decided.record(e)
-	n.auditDecision(&e)
-	m, res, model, provider := n.metrics, e.res, e.model, e.provider
-	m.requests.WithLabelValues(model, provider, strconv.Itoa(e.status)).Inc()
-	m.duration.WithLabelValues(model, strconv.FormatBool(e.stream)).Observe(e.took.Seconds())
-	attrs := []any{"request_id", e.id, "tenant", e.tenant, "model", model, "status", e.status, "outcome", outcome(e.status, res),
-		"stream", e.stream, "ms", e.took.Milliseconds()}
-	if e.origin != "" {
-		attrs = append(attrs, "forwarded_by", e.origin)
-	}
-	via := n.s.Name
-	if res != nil {
-		m.admissionWait.Observe(res.AdmissionWait.Seconds())
-		if res.AdmissionWait > 0 {
-			n.admitted.waited.Add(1)
-			n.admitted.waitedNs.Add(int64(res.AdmissionWait))
-			attrs = append(attrs, "admission_wait_ms", res.AdmissionWait.Milliseconds())
-		}
-	}
-	if res != nil && res.Target != nil {
-		u := res.Usage
-		if res.Target.Via != "" {
-			via = res.Target.Via
-		} else {
-			m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
-			m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
-			m.cost.WithLabelValues(e.tenant, model, provider).Add(res.Cost)
-		}
-		if e.stream {
-			m.ttft.WithLabelValues(model, provider).Observe(res.TTFT.Seconds())
-		}
-		if res.Truncated {
-			m.truncated.WithLabelValues(provider).Inc()
-		}
-		if res.UsageCounted {
-			m.countedTokens.WithLabelValues(provider).Inc()
-		}
-		if res.Replica != "" {
-			attrs = append(attrs, "replica", res.Replica)
-		}
-		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens,
-			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
-			"truncated", res.Truncated)
-	}
-	n.log.Info("request", attrs...)
-	n.endSpan(sp, &e, via)
-	if res != nil && n.log.Enabled(context.Background(), slog.LevelDebug) {
-		for _, a := range res.Attempts {
-			if a.Outcome != route.OutcomeOK {
-				n.log.Debug("attempt failed", "provider", a.Provider, "outcome", a.Outcome, "status", a.Status, "detail", a.Detail, "ms", a.Duration.Milliseconds())
-			}
-		}
-	}
-}
-
-// outcome sums a finished request up for its log line: ok, truncated
-// (a stream cut after its first byte), client_closed, refused (a
-// budget, rate or residency refusal, or a bad request), or error.
-func outcome(status int, res *route.Result) string {
-	switch {
-	case status == statusClientClosed:
-		return "client_closed"
-	case status >= 200 && status < 300 && res != nil && res.Truncated:
-		return "truncated"
-	case status >= 200 && status < 300:
-		return "ok"
-	case status >= 400 && status < 500, status == http.StatusServiceUnavailable:
-		return "refused"
-	}
-	return "error"
 }
 
 // httpSink is a route.ResponseSink over the client's HTTP response. A

@@ -4,15 +4,17 @@ package node
 // over HTTP, a peer's forward or hand-off over gRPC, an explain — is
 // turned into one inbound value and admitted by admit, so that every entry
 // refuses the same request for the same reason with the same answer.
-// serve runs an admitted request to its end; the transports (chat,
-// meshService.Forward, explain) only read their own framing and write
-// their own error shape.
+// serve (serve.go) runs an admitted request to its end; the transports
+// (chat, meshService.Forward, explain) only read their own framing and
+// write their own error shape.
 
 import (
-	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmesh/llmesh/node/tracing"
@@ -213,119 +215,64 @@ func (n *Node) policyOf(t *Tenant) (region.Residency, bool) {
 	return res, strict
 }
 
-// answerSink is where serve writes a request's answer: the transport's
-// response, which also takes refusals in OpenAI's shape.
-type answerSink interface {
-	route.ResponseSink
-	// written is the status written so far, 0 before any.
-	written() int
-}
-
-// answer is how serve ended a request. err is what the client was
-// answered with instead of a completion, if anything; status is the
-// status it got (statusClientClosed when it went away).
-type answer struct {
-	res    *route.Result
-	status int
-	err    error
-}
-
-// serve admits in, plans and executes it (a draining node hands a
-// client's request to a peer first), writes the answer or the refusal to
-// sink, and accounts it: metrics, log, decision, audit and span.
-func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answer) {
-	n.metrics.inFlight.Inc()
-	n.inFlight.Add(1)
-	defer func() {
-		n.metrics.inFlight.Dec()
-		n.inFlight.Add(-1)
-	}()
-	// The request id is the client's, or a new one: answers carry it,
-	// and so do forwards and every node's log line.
-	h := sink.Header()
-	h["X-Llmesh-Node"] = []string{n.s.Name}
-	h["X-Request-Id"] = []string{in.id}
-	// The request's span, if this node traces, and the traceparent
-	// providers and peers are sent.
-	sp, traceparent := n.tracer.Begin(in.traceparent, in.start)
-	in.traceparent = traceparent
-	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
-	var req *route.Request
-	defer func() { n.account(n.decisionOf(in, req, rt, a), sp) }()
-	req, err := n.admit(in)
+// parseChat decodes a chat completion request within the node's limits.
+func (n *Node) parseChat(body []byte) (*route.ChatRequest, error) {
+	chat, err := route.ParseChatRequest(body)
 	if err != nil {
-		return answer{status: n.writeError(sink, err), err: err}
+		return nil, err
 	}
-	defer n.tenantLeave(req.Tenant)
-	res, err := n.execute(ctx, in, req, rt, sink)
-	if err != nil {
-		if in.origin == fromClient {
-			n.metrics.refused(err)
-		}
-		return answer{res: res, status: n.writeError(sink, err), err: err}
+	if len(chat.Messages) > n.s.MaxMessages {
+		return nil, &route.InvalidRequestError{Param: "messages", Msg: fmt.Sprintf("%d messages; this node takes at most %d (limits.max_messages)", len(chat.Messages), n.s.MaxMessages)}
 	}
-	a = answer{res: res, status: sink.written()}
-	if res.ClientGone {
-		a.status = statusClientClosed
-	}
-	return a
+	return chat, nil
 }
 
-// execute plans and executes an admitted request. A client's request
-// that was refused for a reason that lapses by itself is planned again
-// (admitAgain) until its admission deadline; a peer's is not, as its
-// sender waits itself. A draining node hands a client's request to a
-// peer, and serves it itself only when none takes it.
-func (n *Node) execute(ctx context.Context, in *inbound, req *route.Request, rt *routing, sink answerSink) (*route.Result, error) {
-	if in.origin == fromClient && n.draining.Load() {
-		// Clients and load balancers still sending here learn from
-		// Connection: close and /readyz to go elsewhere; this request a
-		// peer serves.
-		sink.Header()["Connection"] = []string{"close"}
-		if res, ok := n.handoff(ctx, req, in.body, sink); ok {
-			return res, nil
-		}
+// tenantEnter counts a request of tenant in flight on this node, unless
+// the tenant already has limits.max_concurrent_per_tenant; tenantLeave
+// uncounts it.
+func (n *Node) tenantEnter(tenant string) bool {
+	c, ok := n.perTenant.Load(tenant)
+	if !ok {
+		c, _ = n.perTenant.LoadOrStore(tenant, new(atomic.Int64))
 	}
-	var waited time.Duration
-	for {
-		plan, err := rt.planner.Plan(req, n.now())
-		var res *route.Result
-		if err == nil {
-			res, err = n.exec.Execute(ctx, req, plan, sink)
-		}
-		if err == nil {
-			res.AdmissionWait += waited
-			return res, nil
-		}
-		if in.origin == fromClient {
-			if w, again := n.admitAgain(ctx, req, err); again {
-				waited += w
-				req.Replanned = true
-				continue
-			}
-		}
-		if res != nil {
-			res.AdmissionWait += waited
-		}
-		return res, err
+	if c.(*atomic.Int64).Add(1) > int64(n.s.MaxInFlight) {
+		c.(*atomic.Int64).Add(-1)
+		return false
+	}
+	return true
+}
+
+func (n *Node) tenantLeave(tenant string) {
+	if c, ok := n.perTenant.Load(tenant); ok {
+		c.(*atomic.Int64).Add(-1)
 	}
 }
 
-// decisionOf is the decision record of a request that ended as a did.
-func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer) decision {
-	e := decision{at: in.start, id: in.id, tenant: in.claimed, model: "unknown", origin: in.sender,
-		status: a.status, res: a.res, err: a.err}
-	if in.tenant != nil {
-		e.tenant = in.tenant.Name
+// maxPromptLog bounds a body as -log-prompts logs it.
+const maxPromptLog = 64 << 10
+
+// logPrompt logs a request's body when the node was started with
+// -log-prompts, and does nothing otherwise.
+func (n *Node) logPrompt(id, tenant string, body []byte) {
+	if !n.logPrompts {
+		return
 	}
-	if a.res != nil && a.res.Target != nil {
-		e.provider = a.res.Provider
+	b, cut := body, false
+	if len(b) > maxPromptLog {
+		b, cut = b[:maxPromptLog], true
 	}
-	if req != nil {
-		e.stream, e.residency, e.strict = req.Chat.Stream, req.Residency, req.StrictTransit
-		if rt.catalog.Serves(req.Chat.Model) {
-			e.model = req.Chat.Model
-		}
+	n.log.Info("prompt", "request_id", id, "tenant", tenant, "body", string(b), "cut", cut)
+}
+
+// maxSessionKey bounds a session key as the node keeps it: longer ones
+// (a session header or user field may be kilobytes) are kept as their
+// SHA-256, which maps them just as well.
+const maxSessionKey = 128
+
+func sessionKey(s string) string {
+	if len(s) <= maxSessionKey {
+		return s
 	}
-	return e
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -1,0 +1,245 @@
+package node
+
+// Serving an admitted request: planning and execution (a draining node's
+// hand-off first), the re-plan while a rate share is awaited, and the
+// accounting every request ends with, whatever its transport.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmesh/llmesh/node/tracing"
+	"github.com/llmesh/llmesh/route"
+)
+
+// answerSink is where serve writes a request's answer: the transport's
+// response, which also takes refusals in OpenAI's shape.
+type answerSink interface {
+	route.ResponseSink
+	// written is the status written so far, 0 before any.
+	written() int
+}
+
+// answer is how serve ended a request. err is what the client was
+// answered with instead of a completion, if anything; status is the
+// status it got (statusClientClosed when it went away).
+type answer struct {
+	res    *route.Result
+	status int
+	err    error
+}
+
+// serve admits in, plans and executes it (a draining node hands a
+// client's request to a peer first), writes the answer or the refusal to
+// sink, and accounts it: metrics, log, decision, audit and span.
+func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answer) {
+	n.metrics.inFlight.Inc()
+	n.inFlight.Add(1)
+	defer func() {
+		n.metrics.inFlight.Dec()
+		n.inFlight.Add(-1)
+	}()
+	// The request id is the client's, or a new one: answers carry it,
+	// and so do forwards and every node's log line.
+	h := sink.Header()
+	h["X-Llmesh-Node"] = []string{n.s.Name}
+	h["X-Request-Id"] = []string{in.id}
+	// The request's span, if this node traces, and the traceparent
+	// providers and peers are sent.
+	sp, traceparent := n.tracer.Begin(in.traceparent, in.start)
+	in.traceparent = traceparent
+	rt := n.rt.Load() // one catalog and its planner for the whole request, whatever a reload does
+	var req *route.Request
+	defer func() { n.account(n.decisionOf(in, req, rt, a), sp) }()
+	req, err := n.admit(in)
+	if err != nil {
+		return answer{status: n.writeError(sink, err), err: err}
+	}
+	defer n.tenantLeave(req.Tenant)
+	res, err := n.execute(ctx, in, req, rt, sink)
+	if err != nil {
+		if in.origin == fromClient {
+			n.metrics.refused(err)
+		}
+		return answer{res: res, status: n.writeError(sink, err), err: err}
+	}
+	a = answer{res: res, status: sink.written()}
+	if res.ClientGone {
+		a.status = statusClientClosed
+	}
+	return a
+}
+
+// execute plans and executes an admitted request. A client's request
+// that was refused for a reason that lapses by itself is planned again
+// (admitAgain) until its admission deadline; a peer's is not, as its
+// sender waits itself. A draining node hands a client's request to a
+// peer, and serves it itself only when none takes it.
+func (n *Node) execute(ctx context.Context, in *inbound, req *route.Request, rt *routing, sink answerSink) (*route.Result, error) {
+	if in.origin == fromClient && n.draining.Load() {
+		// Clients and load balancers still sending here learn from
+		// Connection: close and /readyz to go elsewhere; this request a
+		// peer serves.
+		sink.Header()["Connection"] = []string{"close"}
+		if res, ok := n.handoff(ctx, req, in.body, sink); ok {
+			return res, nil
+		}
+	}
+	var waited time.Duration
+	for {
+		plan, err := rt.planner.Plan(req, n.now())
+		var res *route.Result
+		if err == nil {
+			res, err = n.exec.Execute(ctx, req, plan, sink)
+		}
+		if err == nil {
+			res.AdmissionWait += waited
+			return res, nil
+		}
+		if in.origin == fromClient {
+			if w, again := n.admitAgain(ctx, req, err); again {
+				waited += w
+				req.Replanned = true
+				continue
+			}
+		}
+		if res != nil {
+			res.AdmissionWait += waited
+		}
+		return res, err
+	}
+}
+
+// decisionOf is the decision record of a request that ended as a did.
+func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer) decision {
+	e := decision{at: in.start, id: in.id, tenant: in.claimed, model: "unknown", origin: in.sender,
+		status: a.status, res: a.res, err: a.err}
+	if in.tenant != nil {
+		e.tenant = in.tenant.Name
+	}
+	if a.res != nil && a.res.Target != nil {
+		e.provider = a.res.Provider
+	}
+	if req != nil {
+		e.stream, e.residency, e.strict = req.Chat.Stream, req.Residency, req.StrictTransit
+		if rt.catalog.Serves(req.Chat.Model) {
+			e.model = req.Chat.Model
+		}
+	}
+	return e
+}
+
+// admitWaitStep bounds one wait for a rate share: the request is planned
+// again after it, as a share renewed or a window moved on may admit it.
+const admitWaitStep = 100 * time.Millisecond
+
+// admitAgain waits, when err refused req for a reason that lapses by
+// itself (every provider over this node's rate share or cooling down), a
+// step toward its admission deadline, and reports how long it waited and
+// whether to plan again: a request is refused 429 only once
+// limits.admission_wait has passed. Nothing was sent to the client.
+func (n *Node) admitAgain(ctx context.Context, req *route.Request, err error) (time.Duration, bool) {
+	var ra *route.RetryAfterError
+	if !errors.As(err, &ra) || !ra.Transient {
+		return 0, false
+	}
+	left := req.AdmitBy.Sub(n.now())
+	if left <= 0 {
+		return 0, false
+	}
+	wait := min(ra.After, left, admitWaitStep)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	n.admitted.rateWaiting.Add(1)
+	defer n.admitted.rateWaiting.Add(-1)
+	select {
+	case <-ctx.Done():
+		return 0, false
+	case <-t.C:
+		return wait, true
+	}
+}
+
+// account records one finished request in metrics, the log, the recent
+// decisions and its span (sp, nil when not traced). e.err is the error
+// the client was answered with, if any; e.origin the node that forwarded
+// the request here, "" when a client called this node. Tokens and cost
+// count on the node that called the provider, so a forwarded request is
+// not counted twice.
+func (n *Node) account(e decision, sp *tracing.Span) {
+	e.took = n.now().Sub(e.at)
+	n.decided.record(e)
+	n.auditDecision(&e)
+	m, res, model, provider := n.metrics, e.res, e.model, e.provider
+	m.requests.WithLabelValues(model, provider, strconv.Itoa(e.status)).Inc()
+	m.duration.WithLabelValues(model, strconv.FormatBool(e.stream)).Observe(e.took.Seconds())
+	attrs := []any{"request_id", e.id, "tenant", e.tenant, "model", model, "status", e.status, "outcome", outcome(e.status, res),
+		"stream", e.stream, "ms", e.took.Milliseconds()}
+	if e.origin != "" {
+		attrs = append(attrs, "forwarded_by", e.origin)
+	}
+	via := n.s.Name
+	if res != nil {
+		m.admissionWait.Observe(res.AdmissionWait.Seconds())
+		if res.AdmissionWait > 0 {
+			n.admitted.waited.Add(1)
+			n.admitted.waitedNs.Add(int64(res.AdmissionWait))
+			attrs = append(attrs, "admission_wait_ms", res.AdmissionWait.Milliseconds())
+		}
+	}
+	if res != nil && res.Target != nil {
+		u := res.Usage
+		if res.Target.Via != "" {
+			via = res.Target.Via
+		} else {
+			m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
+			m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
+			m.cost.WithLabelValues(e.tenant, model, provider).Add(res.Cost)
+		}
+		if e.stream {
+			m.ttft.WithLabelValues(model, provider).Observe(res.TTFT.Seconds())
+		}
+		if res.Truncated {
+			m.truncated.WithLabelValues(provider).Inc()
+		}
+		if res.UsageCounted {
+			m.countedTokens.WithLabelValues(provider).Inc()
+		}
+		if res.Replica != "" {
+			attrs = append(attrs, "replica", res.Replica)
+		}
+		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens,
+			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
+			"truncated", res.Truncated)
+	}
+	n.log.Info("request", attrs...)
+	n.endSpan(sp, &e, via)
+	if res != nil && n.log.Enabled(context.Background(), slog.LevelDebug) {
+		for _, a := range res.Attempts {
+			if a.Outcome != route.OutcomeOK {
+				n.log.Debug("attempt failed", "provider", a.Provider, "outcome", a.Outcome, "status", a.Status, "detail", a.Detail, "ms", a.Duration.Milliseconds())
+			}
+		}
+	}
+}
+
+// outcome sums a finished request up for its log line: ok, truncated
+// (a stream cut after its first byte), client_closed, refused (a
+// budget, rate or residency refusal, or a bad request), or error.
+func outcome(status int, res *route.Result) string {
+	switch {
+	case status == statusClientClosed:
+		return "client_closed"
+	case status >= 200 && status < 300 && res != nil && res.Truncated:
+		return "truncated"
+	case status >= 200 && status < 300:
+		return "ok"
+	case status >= 400 && status < 500, status == http.StatusServiceUnavailable:
+		return "refused"
+	}
+	return "error"
+}
