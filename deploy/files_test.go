@@ -3,10 +3,8 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,12 +63,41 @@ func TestKubernetesManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		sets     []appsv1.StatefulSet
-		services = map[string]corev1.Service{}
-		configs  = map[string]corev1.ConfigMap{}
-		pdbs     []policyv1.PodDisruptionBudget
-	)
+	m := parseManifests(t, raw)
+	if len(m.sets) != 3 || len(m.pdbs) != 1 {
+		t.Fatalf("%d StatefulSets and %d PodDisruptionBudgets, want one per region (3) and one", len(m.sets), len(m.pdbs))
+	}
+	pdb := m.pdbs[0]
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Fatal("the disruption budget must let one pod go at a time: the Raft quorum")
+	}
+	seeds := m.services["llmesh-gossip"]
+	if seeds.Spec.ClusterIP != "None" || !seeds.Spec.PublishNotReadyAddresses {
+		t.Fatal("llmesh-gossip must be headless and publish pods before they are ready (a node is ready once it joined)")
+	}
+	voters := 0
+	for _, s := range m.sets {
+		if m.checkStatefulSet(t, s) {
+			voters++
+		}
+	}
+	if voters != 3 {
+		t.Fatalf("%d voters, want 3 (one per region)", voters)
+	}
+}
+
+// k8sManifests are the documents of k8s/llmesh.yaml, by kind.
+type k8sManifests struct {
+	sets     []appsv1.StatefulSet
+	services map[string]corev1.Service
+	configs  map[string]corev1.ConfigMap
+	pdbs     []policyv1.PodDisruptionBudget
+}
+
+// parseManifests decodes each document strictly by its kind, and fails
+// on a kind the manifests should not have.
+func parseManifests(t *testing.T, raw []byte) *k8sManifests {
+	m := &k8sManifests{services: map[string]corev1.Service{}, configs: map[string]corev1.ConfigMap{}}
 	for i, doc := range bytes.Split(raw, []byte("\n---\n")) {
 		var meta struct{ APIVersion, Kind string }
 		if err := sigsyaml.Unmarshal(doc, &meta); err != nil {
@@ -87,125 +114,128 @@ func TestKubernetesManifests(t *testing.T) {
 		case "apps/v1 StatefulSet":
 			var s appsv1.StatefulSet
 			strict(&s)
-			sets = append(sets, s)
+			m.sets = append(m.sets, s)
 		case "v1 Service":
 			var s corev1.Service
 			strict(&s)
-			services[s.Name] = s
+			m.services[s.Name] = s
 		case "v1 ConfigMap":
 			var c corev1.ConfigMap
 			strict(&c)
-			configs[c.Name] = c
+			m.configs[c.Name] = c
 		case "policy/v1 PodDisruptionBudget":
 			var p policyv1.PodDisruptionBudget
 			strict(&p)
-			pdbs = append(pdbs, p)
+			m.pdbs = append(m.pdbs, p)
 		default:
 			t.Fatalf("document %d: unexpected %s %s", i, meta.APIVersion, meta.Kind)
 		}
 	}
-	if len(sets) != 3 || len(pdbs) != 1 {
-		t.Fatalf("%d StatefulSets and %d PodDisruptionBudgets, want one per region (3) and one", len(sets), len(pdbs))
+	return m
+}
+
+// checkStatefulSet checks one region's StatefulSet: its selectors and
+// services, its pods' settings and container, and the configuration it
+// mounts; it says whether that configuration makes a voter.
+func (m *k8sManifests) checkStatefulSet(t *testing.T, s appsv1.StatefulSet) bool {
+	pdb := m.pdbs[0]
+	pod := labels.Set(s.Spec.Template.Labels)
+	sel := labels.SelectorFromSet(s.Spec.Selector.MatchLabels)
+	if !sel.Matches(pod) {
+		t.Fatalf("%s: its selector does not select its pods", s.Name)
 	}
-	pdb := pdbs[0]
-	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
-		t.Fatal("the disruption budget must let one pod go at a time: the Raft quorum")
+	if pdbSel := labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels); !pdbSel.Matches(pod) {
+		t.Fatalf("%s: the disruption budget does not cover its pods", s.Name)
 	}
-	seeds := services["llmesh-gossip"]
-	if seeds.Spec.ClusterIP != "None" || !seeds.Spec.PublishNotReadyAddresses {
-		t.Fatal("llmesh-gossip must be headless and publish pods before they are ready (a node is ready once it joined)")
+	if svc, ok := m.services[s.Spec.ServiceName]; !ok || !labels.SelectorFromSet(svc.Spec.Selector).Matches(pod) {
+		t.Fatalf("%s: serviceName %q is not a service selecting its pods", s.Name, s.Spec.ServiceName)
 	}
-	voters := 0
-	for _, s := range sets {
-		pod := labels.Set(s.Spec.Template.Labels)
-		sel := labels.SelectorFromSet(s.Spec.Selector.MatchLabels)
-		if !sel.Matches(pod) {
-			t.Fatalf("%s: its selector does not select its pods", s.Name)
-		}
-		if pdbSel := labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels); !pdbSel.Matches(pod) {
-			t.Fatalf("%s: the disruption budget does not cover its pods", s.Name)
-		}
-		if svc, ok := services[s.Spec.ServiceName]; !ok || !labels.SelectorFromSet(svc.Spec.Selector).Matches(pod) {
-			t.Fatalf("%s: serviceName %q is not a service selecting its pods", s.Name, s.Spec.ServiceName)
-		}
-		region := s.Spec.Template.Labels["llmesh.dev/region"]
-		if api, ok := services["llmesh-"+region]; !ok || !labels.SelectorFromSet(api.Spec.Selector).Matches(pod) {
-			t.Fatalf("%s: no API service llmesh-%s selects its pods", s.Name, region)
-		}
-		spec := s.Spec.Template.Spec
-		if a := s.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "8080" || a["prometheus.io/path"] != "/metrics" {
-			t.Fatalf("%s: Prometheus scrape annotations %v", s.Name, a)
-		}
-		if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds < 35 {
-			t.Fatalf("%s: the grace period must cover a drain (5 s grace + 30 s timeout)", s.Name)
-		}
-		if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-			t.Fatalf("%s: pods must not run as root", s.Name)
-		}
-		if len(spec.Containers) != 1 {
-			t.Fatalf("%s: %d containers", s.Name, len(spec.Containers))
-		}
-		c := spec.Containers[0]
-		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" ||
-			c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-			t.Fatalf("%s: readiness must be /readyz and liveness /healthz", s.Name)
-		}
-		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil ||
-			!slices.Equal(c.Lifecycle.PreStop.Exec.Command[:3], []string{"/llmesh", "drain", "-wait"}) {
-			t.Fatalf("%s: preStop must drain the node", s.Name)
-		}
-		if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem ||
-			c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation {
-			t.Fatalf("%s: the container must have a read-only root and no privilege escalation", s.Name)
-		}
-		ports := map[string]int32{}
-		for _, p := range c.Ports {
-			ports[string(p.Protocol)+" "+p.Name] = p.ContainerPort
-		}
-		env := map[string]bool{}
-		for _, e := range c.Env {
-			env[e.Name] = true
-			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.Value != "" {
-				t.Fatalf("%s: %s is both a value and a secret", s.Name, e.Name)
-			}
-		}
-		// The configuration it mounts makes a node, with the pod's name
-		// and IP as the arguments give them.
-		var cmName string
-		for _, v := range spec.Volumes {
-			if v.ConfigMap != nil {
-				cmName = v.ConfigMap.Name
-			}
-		}
-		cm, ok := configs[cmName]
-		if !ok {
-			t.Fatalf("%s mounts ConfigMap %q, which is not there", s.Name, cmName)
-		}
-		args := strings.Join(c.Args, " ")
-		if !strings.Contains(args, "-name $(POD_NAME)") || !strings.Contains(args, "-advertise $(POD_IP)") {
-			t.Fatalf("%s: args %q: the node must take the pod's name and IP", s.Name, args)
-		}
-		cfg := checkNodeConfig(t, s.Name+"'s configuration", []byte(cm.Data["llmesh.yaml"]), s.Name+"-0", "10.1.2.3")
-		if cfg.Node.Region != region {
-			t.Fatalf("%s: configured for region %q, labelled %q", s.Name, cfg.Node.Region, region)
-		}
-		for field, want := range map[string]string{cfg.Node.HTTP: "TCP http", cfg.Node.RPC: "TCP rpc", cfg.Node.Gossip: "UDP gossip-udp", cfg.Node.Raft: "TCP raft"} {
-			if p, ok := ports[want]; !ok || !strings.HasSuffix(field, fmt.Sprintf(":%d", p)) {
-				t.Fatalf("%s: the config listens on %s, the container declares %s on %d", s.Name, field, want, p)
-			}
-		}
-		// Every secret the configuration reads is in the environment.
-		for _, name := range configEnv(cfg) {
-			if !env[name] {
-				t.Fatalf("%s: the configuration reads $%s, which the container does not set", s.Name, name)
-			}
-		}
-		if cfg.Node.Voter {
-			voters++
+	region := s.Spec.Template.Labels["llmesh.dev/region"]
+	if api, ok := m.services["llmesh-"+region]; !ok || !labels.SelectorFromSet(api.Spec.Selector).Matches(pod) {
+		t.Fatalf("%s: no API service llmesh-%s selects its pods", s.Name, region)
+	}
+	spec := s.Spec.Template.Spec
+	if a := s.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "8080" || a["prometheus.io/path"] != "/metrics" {
+		t.Fatalf("%s: Prometheus scrape annotations %v", s.Name, a)
+	}
+	if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds < 35 {
+		t.Fatalf("%s: the grace period must cover a drain (5 s grace + 30 s timeout)", s.Name)
+	}
+	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Fatalf("%s: pods must not run as root", s.Name)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers", s.Name, len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	checkContainer(t, s.Name, c)
+	// The configuration it mounts makes a node, with the pod's name and
+	// IP as the arguments give them.
+	var cmName string
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil {
+			cmName = v.ConfigMap.Name
 		}
 	}
-	if voters != 3 {
-		t.Fatalf("%d voters, want 3 (one per region)", voters)
+	cm, ok := m.configs[cmName]
+	if !ok {
+		t.Fatalf("%s mounts ConfigMap %q, which is not there", s.Name, cmName)
+	}
+	args := strings.Join(c.Args, " ")
+	if !strings.Contains(args, "-name $(POD_NAME)") || !strings.Contains(args, "-advertise $(POD_IP)") {
+		t.Fatalf("%s: args %q: the node must take the pod's name and IP", s.Name, args)
+	}
+	cfg := checkNodeConfig(t, s.Name+"'s configuration", []byte(cm.Data["llmesh.yaml"]), s.Name+"-0", "10.1.2.3")
+	if cfg.Node.Region != region {
+		t.Fatalf("%s: configured for region %q, labelled %q", s.Name, cfg.Node.Region, region)
+	}
+	checkContainerFitsConfig(t, s.Name, c, cfg)
+	return cfg.Node.Voter
+}
+
+// checkContainer checks a node's container: its probes, its drain before
+// it stops, and its security settings.
+func checkContainer(t *testing.T, name string, c corev1.Container) {
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" ||
+		c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Fatalf("%s: readiness must be /readyz and liveness /healthz", name)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil ||
+		!slices.Equal(c.Lifecycle.PreStop.Exec.Command[:3], []string{"/llmesh", "drain", "-wait"}) {
+		t.Fatalf("%s: preStop must drain the node", name)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem ||
+		c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation {
+		t.Fatalf("%s: the container must have a read-only root and no privilege escalation", name)
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.Value != "" {
+			t.Fatalf("%s: %s is both a value and a secret", name, e.Name)
+		}
+	}
+}
+
+// checkContainerFitsConfig checks that the container declares the ports
+// the configuration listens on and sets every secret it reads.
+func checkContainerFitsConfig(t *testing.T, name string, c corev1.Container, cfg *node.Config) {
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[string(p.Protocol)+" "+p.Name] = p.ContainerPort
+	}
+	for field, want := range map[string]string{cfg.Node.HTTP: "TCP http", cfg.Node.RPC: "TCP rpc", cfg.Node.Gossip: "UDP gossip-udp", cfg.Node.Raft: "TCP raft"} {
+		if p, ok := ports[want]; !ok || !strings.HasSuffix(field, fmt.Sprintf(":%d", p)) {
+			t.Fatalf("%s: the config listens on %s, the container declares %s on %d", name, field, want, p)
+		}
+	}
+	// Every secret the configuration reads is in the environment.
+	env := map[string]bool{}
+	for _, e := range c.Env {
+		env[e.Name] = true
+	}
+	for _, n := range configEnv(cfg) {
+		if !env[n] {
+			t.Fatalf("%s: the configuration reads $%s, which the container does not set", name, n)
+		}
 	}
 }
 
@@ -430,30 +460,8 @@ func TestMonitoringReferencesRealMetrics(t *testing.T) {
 // node's sources fill in the names of those.
 func nodeMetrics(t *testing.T) map[string]map[string]bool {
 	t.Helper()
-	dev, err := harness.StartDev("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dev.Shutdown(context.Background()) })
-	dev.Config.Node.HTTP = "127.0.0.1:0"
-	n, err := node.New(dev.Config, node.Options{LedgerTuning: harness.DevLedger, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = n.Shutdown(ctx)
-	})
+	dev, n := harness.StartDevNode(t)
 	base := "http://" + n.HTTPAddr()
-	for deadline := time.Now().Add(20 * time.Second); !n.Ready(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the dev node is not ready")
-		}
-	}
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
 		strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set("Authorization", "Bearer "+dev.Key)

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmesh/llmesh/sim/harness/wait"
 	"github.com/llmesh/llmesh/sim/loadtest"
 )
 
@@ -189,15 +190,12 @@ func nodeStatus(node string) (status, error) {
 // eventually polls cond until it holds or within passes.
 func (m *composeMesh) eventually(within time.Duration, what string, cond func() (bool, string)) {
 	m.t.Helper()
-	last := ""
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		ok, why := cond()
-		if ok {
-			return
+	wait.Every(250*time.Millisecond).Until(m.t, within, what, func() error {
+		if ok, why := cond(); !ok {
+			return errors.New(why)
 		}
-		last = why
-	}
-	m.t.Fatalf("%s: not within %v (last: %s)", what, within, last)
+		return nil
+	})
 }
 
 // awaitMesh waits until the nodes given (default: all) are ready, see
@@ -291,87 +289,17 @@ func (m *composeMesh) partition(t *testing.T) {
 		}
 	}
 	t.Cleanup(heal)
-	euLink := "http://" + euLinkIP + ":8080"
-
-	// For 12 s, three clients at once: eu-1's eu tenant at eu-1, which
-	// still reaches its GPU cluster and holds leases; the same tenant on
-	// the other side, which may only be served by eu providers it reaches,
-	// or refused (a forward to eu-1 hangs until gRPC's keepalive or the
-	// first-byte timeout gives up on it: each request waits at most 10 s);
-	// and the capped tenant everywhere, spending its budget.
-	var (
-		mu            sync.Mutex
-		served        float64 // what the capped tenant was served, at most
-		refused402    int
-		heldElsewhere int // 429: what is left is escrow of a node cut off
-		okAtEU, asked int
-		farOK         int
-		wrong         []string
-		wg            sync.WaitGroup
-	)
-	end := time.Now().Add(12 * time.Second)
-	every := func(d time.Duration, f func(i int)) {
-		wg.Go(func() {
-			for i := 0; time.Now().Before(end); i++ {
-				f(i)
-				time.Sleep(d)
-			}
-		})
+	var l cutLoad
+	l.run("http://" + euLinkIP + ":8080")
+	if len(l.wrong) > 0 {
+		t.Fatalf("the eu tenant's data left the eu: %v", l.wrong)
 	}
-	every(200*time.Millisecond, func(int) {
-		h, _, err := ask(euLink, "acme", "llama-3-8b", 4)
-		mu.Lock()
-		defer mu.Unlock()
-		asked++
-		if err == nil && h.Get("X-LLMesh-Provider") == "gpu-eu" {
-			okAtEU++
-		}
-	})
-	for _, n := range []string{"us-1", "ap-1"} {
-		every(200*time.Millisecond, func(i int) {
-			model := []string{"llama-3-8b", "gpt-4o-mini"}[i%2]
-			h, _, err := ask(nodeURL(n), "acme", model, 4)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				return
-			}
-			farOK++
-			if p := h.Get("X-LLMesh-Provider"); p != "gpu-eu" && p != "azure-eu" {
-				wrong = append(wrong, fmt.Sprintf("%s %s: %s", n, model, p))
-			}
-		})
-	}
-	for _, base := range []string{euLink, nodeURL("us-1"), nodeURL("ap-1")} {
-		for range 2 {
-			every(50*time.Millisecond, func(int) {
-				// 300 tokens, 2 s at the emulators' 150 a second: about
-				// $0.0002 each, so the $0.002 budget runs out.
-				_, cc, err := ask(base, "initech", "gpt-4o-mini", 300)
-				mu.Lock()
-				defer mu.Unlock()
-				var apiErr *openai.Error
-				switch {
-				case err == nil:
-					served += float64(cc.Usage.PromptTokens+cc.Usage.CompletionTokens) * miniPerToken
-				case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusPaymentRequired:
-					refused402++
-				case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests && strings.Contains(apiErr.Message, "escrow"):
-					heldElsewhere++
-				}
-			})
-		}
-	}
-	wg.Wait()
-	if len(wrong) > 0 {
-		t.Fatalf("the eu tenant's data left the eu: %v", wrong)
-	}
-	if asked < 20 || okAtEU < asked*9/10 {
-		t.Fatalf("cut off, eu-1 served its eu tenant %d times of %d", okAtEU, asked)
+	if l.asked < 20 || l.okAtEU < l.asked*9/10 {
+		t.Fatalf("cut off, eu-1 served its eu tenant %d times of %d", l.okAtEU, l.asked)
 	}
 	t.Logf("cut off: eu-1 served acme %d/%d from gpu-eu; the other side served acme %d times, all from eu providers; initech served $%.6f, refused %d×402",
-		okAtEU, asked, farOK, served, refused402)
-	t.Logf("initech refused %d×429 while the rest of its budget was escrow on the other side", heldElsewhere)
+		l.okAtEU, l.asked, l.farOK, l.served, l.refused402)
+	t.Logf("initech refused %d×429 while the rest of its budget was escrow on the other side", l.heldElsewhere)
 
 	heal()
 	m.awaitMesh(90 * time.Second)
@@ -382,8 +310,90 @@ func (m *composeMesh) partition(t *testing.T) {
 		}
 		return h.Get("X-LLMesh-Via") == "eu-1", h.Get("X-LLMesh-Route")
 	})
-	// The budget: never overspent, by the ledger or by what the client
-	// was served.
+	l.checkBudget(t)
+}
+
+// cutLoad is the traffic of the partition test and what became of it.
+type cutLoad struct {
+	mu            sync.Mutex
+	served        float64 // what the capped tenant was served, at most
+	refused402    int
+	heldElsewhere int // 429: what is left is escrow of a node cut off
+	okAtEU, asked int
+	farOK         int
+	wrong         []string
+}
+
+// run sends, for 12 s, three clients at once: eu-1's eu tenant at eu-1
+// (at euLink), which still reaches its GPU cluster and holds leases; the
+// same tenant on the other side, which may only be served by eu
+// providers it reaches, or refused (a forward to eu-1 hangs until gRPC's
+// keepalive or the first-byte timeout gives up on it: each request waits
+// at most 10 s); and the capped tenant everywhere, spending its budget.
+func (l *cutLoad) run(euLink string) {
+	var wg sync.WaitGroup
+	end := time.Now().Add(12 * time.Second)
+	every := func(d time.Duration, f func(i int)) {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(end); i++ {
+				f(i)
+				time.Sleep(d) // pacing: a client's think time
+			}
+		})
+	}
+	every(200*time.Millisecond, func(int) {
+		h, _, err := ask(euLink, "acme", "llama-3-8b", 4)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.asked++
+		if err == nil && h.Get("X-LLMesh-Provider") == "gpu-eu" {
+			l.okAtEU++
+		}
+	})
+	for _, n := range []string{"us-1", "ap-1"} {
+		every(200*time.Millisecond, func(i int) {
+			model := []string{"llama-3-8b", "gpt-4o-mini"}[i%2]
+			h, _, err := ask(nodeURL(n), "acme", model, 4)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if err != nil {
+				return
+			}
+			l.farOK++
+			if p := h.Get("X-LLMesh-Provider"); p != "gpu-eu" && p != "azure-eu" {
+				l.wrong = append(l.wrong, fmt.Sprintf("%s %s: %s", n, model, p))
+			}
+		})
+	}
+	for _, base := range []string{euLink, nodeURL("us-1"), nodeURL("ap-1")} {
+		for range 2 {
+			every(50*time.Millisecond, func(int) { l.spend(base) })
+		}
+	}
+	wg.Wait()
+}
+
+// spend sends one of the capped tenant's requests to base: 300 tokens,
+// 2 s at the emulators' 150 a second: about $0.0002 each, so the $0.002
+// budget runs out.
+func (l *cutLoad) spend(base string) {
+	_, cc, err := ask(base, "initech", "gpt-4o-mini", 300)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var apiErr *openai.Error
+	switch {
+	case err == nil:
+		l.served += float64(cc.Usage.PromptTokens+cc.Usage.CompletionTokens) * miniPerToken
+	case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusPaymentRequired:
+		l.refused402++
+	case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests && strings.Contains(apiErr.Message, "escrow"):
+		l.heldElsewhere++
+	}
+}
+
+// checkBudget checks the capped tenant's budget once the cut is healed:
+// never overspent, by the ledger or by what the client was served.
+func (l *cutLoad) checkBudget(t *testing.T) {
 	var doc struct {
 		Budgets []struct {
 			Tenant       string
@@ -400,14 +410,14 @@ func (m *composeMesh) partition(t *testing.T) {
 		if b.Tenant != "initech" {
 			continue
 		}
-		t.Logf("initech: limit $%.6f, settled $%.6f, overspend $%.6f; served $%.6f", b.LimitUSD, b.SettledUSD, b.OverspendUSD, served)
-		if b.OverspendUSD != 0 || b.SettledUSD > b.LimitUSD+1e-9 || served > b.LimitUSD+1e-9 {
-			t.Fatalf("the budget was overspent: %+v, served $%.6f", b, served)
+		t.Logf("initech: limit $%.6f, settled $%.6f, overspend $%.6f; served $%.6f", b.LimitUSD, b.SettledUSD, b.OverspendUSD, l.served)
+		if b.OverspendUSD != 0 || b.SettledUSD > b.LimitUSD+1e-9 || l.served > b.LimitUSD+1e-9 {
+			t.Fatalf("the budget was overspent: %+v, served $%.6f", b, l.served)
 		}
 		// Pressed: spent to 402, or what is left is escrow on the other
 		// side of the cut (it stays that node's until its lease expires:
 		// the side without it waits for it, then gets 429).
-		if refused402 == 0 && heldElsewhere == 0 {
+		if l.refused402 == 0 && l.heldElsewhere == 0 {
 			t.Fatalf("the capped tenant was never refused (%+v): the test did not press its budget", b)
 		}
 		return
@@ -423,7 +433,7 @@ func (m *composeMesh) frozen(t *testing.T) {
 	m = &composeMesh{t: t} // its helpers fail this subtest
 	const victim = "ap-1"
 	b, stop := runLoad(t)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // load before the freeze, to see it flow
 	paused := time.Now()
 	m.docker("pause", m.container(victim))
 	thawed := false
@@ -432,7 +442,7 @@ func (m *composeMesh) frozen(t *testing.T) {
 			m.docker("unpause", m.container(victim))
 		}
 	})
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // the freeze lasts longer than a Raft election
 	m.docker("unpause", m.container(victim))
 	thawed = true
 	m.awaitMesh(90 * time.Second)
@@ -548,11 +558,11 @@ func (m *composeMesh) stopDrains(t *testing.T) {
 	m = &composeMesh{t: t} // its helpers fail this subtest
 	const victim = "us-1"
 	_, stop := runLoad(t)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // load before the stop, to see it flow
 	started := time.Now()
 	m.docker("stop", "-t", "45", m.container(victim))
 	t.Logf("docker stop took %v", time.Since(started).Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // load goes on without the node
 	rep := stop()
 	defer func() {
 		m.docker("start", m.container(victim))

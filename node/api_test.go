@@ -29,104 +29,116 @@ func TestOpenAIClient(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			f := startNode(t, []upstream{{name: kind + "-p", kind: kind, in: 0.15, out: 0.6, apiKey: "provider-secret-" + kind}}, nil)
 			c := client(f)
-			ctx := context.Background()
-			var tk route.Tokenizer
 			prompt := "Write a haiku about routing."
+			var tk route.Tokenizer
 			wantPrompt := tk.CountMessages([]route.Message{{Role: "user", Content: route.Content{Text: prompt, Set: true}}})
-
-			// Non-streaming.
-			var hdr *http.Response
-			resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-				Model:     "gpt-4o-mini",
-				Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
-				MaxTokens: openai.Int(12),
-			}, option.WithResponseInto(&hdr))
-			if err != nil {
-				t.Fatal(err)
-			}
-			content := resp.Choices[0].Message.Content
-			if tk.Count(content) != 12 || resp.Choices[0].FinishReason != "length" {
-				t.Fatalf("content %q (%d tokens), finish %q", content, tk.Count(content), resp.Choices[0].FinishReason)
-			}
-			if resp.Usage.PromptTokens != int64(wantPrompt) || resp.Usage.CompletionTokens != 12 || resp.Usage.TotalTokens != int64(wantPrompt+12) {
-				t.Fatalf("usage %+v, want prompt %d completion 12", resp.Usage, wantPrompt)
-			}
-			if hdr.Header.Get("X-LLMesh-Node") != "test-1" || hdr.Header.Get("X-LLMesh-Provider") != kind+"-p" ||
-				hdr.Header.Get("X-LLMesh-Via") != "test-1" || !strings.Contains(hdr.Header.Get("X-LLMesh-Route"), "policy=cost") {
-				t.Fatalf("routing headers: %v", hdr.Header)
-			}
-
-			// Streaming with usage.
-			stream := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-				Model:         "gpt-4o-mini",
-				Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
-				MaxTokens:     openai.Int(20),
-				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
-			})
-			var acc openai.ChatCompletionAccumulator
-			chunks := 0
-			for stream.Next() {
-				acc.AddChunk(stream.Current())
-				chunks++
-			}
-			if err := stream.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if got := acc.Choices[0].Message.Content; tk.Count(got) != 20 || chunks < 20 {
-				t.Fatalf("streamed %q in %d chunks", got, chunks)
-			}
-			if acc.Usage.PromptTokens != int64(wantPrompt) || acc.Usage.CompletionTokens != 20 {
-				t.Fatalf("streamed usage %+v", acc.Usage)
-			}
-
-			// Tools: a tool call comes back with arguments filling the
-			// required parameters, streamed and not.
-			params := openai.ChatCompletionNewParams{
-				Model:    "gpt-4o-mini",
-				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Paris?")},
-				Tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
-					Name:        "get_weather",
-					Description: openai.String("Current weather for a city"),
-					Parameters: shared.FunctionParameters{
-						"type":       "object",
-						"properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}},
-						"required":   []string{"city", "days"},
-					},
-				})},
-				ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("auto")},
-				Seed:       openai.Int(42),
-			}
-			tresp, err := c.Chat.Completions.New(ctx, params)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkToolCall(t, tresp.Choices[0].FinishReason, tresp.Choices[0].Message.ToolCalls, tresp.Usage)
-			// The node passed tools, tool_choice and seed through untouched.
-			var sent map[string]json.RawMessage
-			rec := f.emus[kind+"-p"].Received()
-			if err := json.Unmarshal(rec[len(rec)-1].Body, &sent); err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range []string{"tools", "tool_choice", "seed"} {
-				if len(sent[k]) == 0 {
-					t.Fatalf("%s did not reach the provider: %s", k, rec[len(rec)-1].Body)
-				}
-			}
-			if auth := rec[len(rec)-1].Header; auth.Get("Authorization") == "Bearer "+testKey || auth.Get("Api-Key") == testKey {
-				t.Fatal("the tenant's key was forwarded to the provider")
-			}
-
-			ts := c.Chat.Completions.NewStreaming(ctx, params, option.WithJSONSet("stream_options", map[string]any{"include_usage": true}))
-			var tacc openai.ChatCompletionAccumulator
-			for ts.Next() {
-				tacc.AddChunk(ts.Current())
-			}
-			if err := ts.Err(); err != nil {
-				t.Fatal(err)
-			}
-			checkToolCall(t, tacc.Choices[0].FinishReason, tacc.Choices[0].Message.ToolCalls, tacc.Usage)
+			clientCompletion(t, c, kind, prompt, wantPrompt)
+			clientStream(t, c, prompt, wantPrompt)
+			clientTools(t, f, c, kind)
 		})
 	}
+}
+
+// clientCompletion checks a completion through the SDK: its length,
+// usage and routing headers.
+func clientCompletion(t *testing.T, c openai.Client, kind, prompt string, wantPrompt int) {
+	var tk route.Tokenizer
+	var hdr *http.Response
+	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model:     "gpt-4o-mini",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		MaxTokens: openai.Int(12),
+	}, option.WithResponseInto(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := resp.Choices[0].Message.Content
+	if tk.Count(content) != 12 || resp.Choices[0].FinishReason != "length" {
+		t.Fatalf("content %q (%d tokens), finish %q", content, tk.Count(content), resp.Choices[0].FinishReason)
+	}
+	if resp.Usage.PromptTokens != int64(wantPrompt) || resp.Usage.CompletionTokens != 12 || resp.Usage.TotalTokens != int64(wantPrompt+12) {
+		t.Fatalf("usage %+v, want prompt %d completion 12", resp.Usage, wantPrompt)
+	}
+	if hdr.Header.Get("X-LLMesh-Node") != "test-1" || hdr.Header.Get("X-LLMesh-Provider") != kind+"-p" ||
+		hdr.Header.Get("X-LLMesh-Via") != "test-1" || !strings.Contains(hdr.Header.Get("X-LLMesh-Route"), "policy=cost") {
+		t.Fatalf("routing headers: %v", hdr.Header)
+	}
+}
+
+// clientStream checks a stream with usage through the SDK.
+func clientStream(t *testing.T, c openai.Client, prompt string, wantPrompt int) {
+	var tk route.Tokenizer
+	stream := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model:         "gpt-4o-mini",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		MaxTokens:     openai.Int(20),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+		chunks++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := acc.Choices[0].Message.Content; tk.Count(got) != 20 || chunks < 20 {
+		t.Fatalf("streamed %q in %d chunks", got, chunks)
+	}
+	if acc.Usage.PromptTokens != int64(wantPrompt) || acc.Usage.CompletionTokens != 20 {
+		t.Fatalf("streamed usage %+v", acc.Usage)
+	}
+}
+
+// clientTools checks tools: a tool call comes back with arguments
+// filling the required parameters, streamed and not, and the node passes
+// tools, tool_choice and seed through untouched, without the tenant's key.
+func clientTools(t *testing.T, f *fixture, c openai.Client, kind string) {
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Paris?")},
+		Tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name:        "get_weather",
+			Description: openai.String("Current weather for a city"),
+			Parameters: shared.FunctionParameters{
+				"type":       "object",
+				"properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}},
+				"required":   []string{"city", "days"},
+			},
+		})},
+		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("auto")},
+		Seed:       openai.Int(42),
+	}
+	tresp, err := c.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkToolCall(t, tresp.Choices[0].FinishReason, tresp.Choices[0].Message.ToolCalls, tresp.Usage)
+	var sent map[string]json.RawMessage
+	rec := f.emus[kind+"-p"].Received()
+	if err := json.Unmarshal(rec[len(rec)-1].Body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tools", "tool_choice", "seed"} {
+		if len(sent[k]) == 0 {
+			t.Fatalf("%s did not reach the provider: %s", k, rec[len(rec)-1].Body)
+		}
+	}
+	if auth := rec[len(rec)-1].Header; auth.Get("Authorization") == "Bearer "+testKey || auth.Get("Api-Key") == testKey {
+		t.Fatal("the tenant's key was forwarded to the provider")
+	}
+
+	ts := c.Chat.Completions.NewStreaming(ctx, params, option.WithJSONSet("stream_options", map[string]any{"include_usage": true}))
+	var tacc openai.ChatCompletionAccumulator
+	for ts.Next() {
+		tacc.AddChunk(ts.Current())
+	}
+	if err := ts.Err(); err != nil {
+		t.Fatal(err)
+	}
+	checkToolCall(t, tacc.Choices[0].FinishReason, tacc.Choices[0].Message.ToolCalls, tacc.Usage)
 }
 
 func checkToolCall(t *testing.T, finish string, calls []openai.ChatCompletionMessageToolCallUnion, usage openai.CompletionUsage) {

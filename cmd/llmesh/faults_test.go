@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +21,8 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // faultNode is one agent process of the fault test, restartable on the
@@ -43,8 +42,8 @@ type faultNode struct {
 func (f *faultNode) start(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command(binary, "agent", "-config", f.cfg)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &logs
+	logs := &syncLog{}
+	cmd.Stdout, cmd.Stderr = io.Discard, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,24 +52,19 @@ func (f *faultNode) start(t *testing.T) {
 	f.mu.Lock()
 	f.cmd, f.exited = cmd, exited
 	f.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get(f.http + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
+	wait.Every(50*time.Millisecond).For(t, 30*time.Second, f.name+" to be ready", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("%s exited at start:\n%s", f.name, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 30s", f.name)
+		resp, err := http.Get(f.http + "/readyz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 	f.up.Store(true)
 }
 
@@ -89,16 +83,6 @@ func (f *faultNode) stop() {
 		f.signal(syscall.SIGKILL)
 		<-f.exited
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // arrivals records when requests reach a provider, and what they say.
@@ -154,12 +138,60 @@ func TestRandomFaultsKeepTheGuarantees(t *testing.T) {
 		fmt.Sscan(s, &seed)
 	}
 	t.Logf("seed %d (LLMESH_FAULT_SEED=%d repeats the faults)", seed, seed)
-	r := rand.New(rand.NewPCG(seed, 7))
+	f := &faultRun{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 7)),
+		keys: map[string]string{"acme": "sk-fault-acme-0123456789", "beta": "sk-fault-beta-0123456789"}}
+	f.startProviders()
+	f.startNodes()
 
-	// The budget lasts about a minute of the load: what a killed node
-	// takes with it is a few seconds of its spending, a few percent.
-	const budget, rpm = 0.12, 600
-	// Each emulator charges what the nodes' configuration says.
+	// Load: acme (eu, budgeted) spends on limited, then backup; beta
+	// (anywhere, no budget) on us-cheap. Clients pick a node that is up.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var load sync.WaitGroup
+	for c := range 8 {
+		load.Go(func() { f.load(ctx, c) })
+	}
+	var log []string
+	for end := time.Now().Add(45 * time.Second); time.Now().Before(end); {
+		time.Sleep(time.Duration(2000+f.r.IntN(2000)) * time.Millisecond) // the load runs fault-free this long
+		log = append(log, f.fault()...)
+	}
+	// Load goes on until the budget is spent, or for at most 45 s more,
+	// and a second after.
+	wait.Every(100*time.Millisecond).Within(45*time.Second, func() bool { return f.acme402.Load() != 0 })
+	time.Sleep(time.Second) // the load's last second: the time is the test's
+	stop()
+	load.Wait()
+	t.Logf("faults: %s", strings.Join(log, "; "))
+	f.check()
+}
+
+// The budget lasts about a minute of the load: what a killed node takes
+// with it is a few seconds of its spending, a few percent.
+const faultBudget, faultRPM = 0.12, 600
+
+// faultRun is TestRandomFaultsKeepTheGuarantees' providers, nodes and
+// what its load saw.
+type faultRun struct {
+	t                        *testing.T
+	seed                     uint64
+	r                        *rand.Rand
+	keys                     map[string]string
+	eLimited, eBackup        *emulator.Emulator
+	limited, backup, usCheap arrivals
+	limitedURL, backupURL    string
+	usURL                    string
+	nodes                    []*faultNode
+	healthyFailed, acmeOK    atomic.Int64
+	acme402, beta200         atomic.Int64
+	failMu                   sync.Mutex
+	failures                 []string
+	first402                 atomic.Pointer[float64]
+}
+
+// startProviders starts the emulated providers behind recorders of what
+// reaches them; each charges what the nodes' configuration says.
+func (f *faultRun) startProviders() {
 	emu := func(name string, usdPerMTok float64) *emulator.Emulator {
 		c := emulator.DefaultConfig()
 		c.Name, c.Latency = name, 20*time.Millisecond
@@ -167,31 +199,33 @@ func TestRandomFaultsKeepTheGuarantees(t *testing.T) {
 			"n": {InputUSDPerMTok: usdPerMTok, OutputUSDPerMTok: usdPerMTok}}
 		e, err := emulator.New(c)
 		if err != nil {
-			t.Fatal(err)
+			f.t.Fatal(err)
 		}
 		return e
 	}
-	var limited, backup, usCheap arrivals
 	serve := func(a *arrivals, e *emulator.Emulator, forbidden string) string {
 		srv := httptest.NewServer(a.wrap(e.Handler(), forbidden))
-		t.Cleanup(srv.Close)
+		f.t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	eLimited, eBackup, eUS := emu("limited", 1), emu("backup", 2), emu("us-cheap", 0.1)
-	limitedURL, backupURL := serve(&limited, eLimited, ""), serve(&backup, eBackup, "")
-	usURL := serve(&usCheap, eUS, "acme")
+	var eUS *emulator.Emulator
+	f.eLimited, f.eBackup, eUS = emu("limited", 1), emu("backup", 2), emu("us-cheap", 0.1)
+	f.limitedURL, f.backupURL = serve(&f.limited, f.eLimited, ""), serve(&f.backup, f.eBackup, "")
+	f.usURL = serve(&f.usCheap, eUS, "acme")
+}
 
-	keys := map[string]string{"acme": "sk-fault-acme-0123456789", "beta": "sk-fault-beta-0123456789"}
-	hash := func(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
+// startNodes writes the three voters' configurations and starts them.
+func (f *faultRun) startNodes() {
+	t := f.t
 	dir := t.TempDir()
-	var nodes []*faultNode
 	var gossips []string
 	type ports struct{ http, rpc, gossip, raft string }
 	var ps []ports
-	for range 3 {
-		p := ports{freePort(t), freePort(t), freePort(t), freePort(t)}
-		ps = append(ps, p)
-		gossips = append(gossips, fmt.Sprintf("%q", p.gossip))
+	free := harness.FreePorts(t, 12)
+	for i := range 3 {
+		addr := func(j int) string { return fmt.Sprintf("127.0.0.1:%d", free[4*i+j]) }
+		ps = append(ps, ports{addr(0), addr(1), addr(2), addr(3)})
+		gossips = append(gossips, fmt.Sprintf("%q", addr(2)))
 	}
 	for i, p := range ps {
 		name := fmt.Sprintf("f%d", i)
@@ -221,172 +255,165 @@ tenants:
 probes: {disabled: true}
 audit: {disabled: true}
 `, name, filepath.Join(dir, name), p.http, p.rpc, p.gossip, p.raft, strings.Join(gossips, ", "),
-			limitedURL, rpm, backupURL, usURL, hash(keys["acme"]), budget, hash(keys["beta"]))
+			f.limitedURL, faultRPM, f.backupURL, f.usURL, harness.KeySHA256(f.keys["acme"]), faultBudget, harness.KeySHA256(f.keys["beta"]))
 		path := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		nodes = append(nodes, &faultNode{name: name, cfg: path, http: "http://" + p.http})
+		f.nodes = append(f.nodes, &faultNode{name: name, cfg: path, http: "http://" + p.http})
 	}
 	var starting sync.WaitGroup
-	for _, n := range nodes {
+	for _, n := range f.nodes {
 		starting.Go(func() { n.start(t) })
 	}
 	starting.Wait()
 	t.Cleanup(func() {
-		for _, n := range nodes {
+		for _, n := range f.nodes {
 			n.stop()
 		}
 	})
+}
 
-	// Load: acme (eu, budgeted) spends on limited, then backup; beta
-	// (anywhere, no budget) on us-cheap. Clients pick a node that is up.
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+func (f *faultRun) charged() float64 {
+	return f.eLimited.Stats().ChargedUSD + f.eBackup.Stats().ChargedUSD
+}
+
+// load is client c's traffic until ctx ends: a request every 50-150 ms
+// to a node that is up, acme's or (one client in four) beta's.
+func (f *faultRun) load(ctx context.Context, c int) {
 	client := &http.Client{Timeout: 30 * time.Second}
-	var (
-		healthyFailed, acmeOK, acme402, beta200 atomic.Int64
-		failMu                                  sync.Mutex
-		failures                                []string
-		first402                                atomic.Pointer[float64]
-	)
-	charged := func() float64 { return eLimited.Stats().ChargedUSD + eBackup.Stats().ChargedUSD }
-	var load sync.WaitGroup
-	for c := range 8 {
-		load.Go(func() {
-			cr := rand.New(rand.NewPCG(seed, uint64(100+c)))
-			for ctx.Err() == nil {
-				time.Sleep(time.Duration(50+cr.IntN(100)) * time.Millisecond)
-				n := nodes[cr.IntN(len(nodes))]
-				if !n.up.Load() {
-					continue
-				}
-				tenant, model := "acme", "m"
-				if c%4 == 3 {
-					tenant, model = "beta", "n"
-				}
-				body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"user":"%s-%d","messages":[{"role":"user","content":"faults"}]}`,
-					model, 4+cr.IntN(12), tenant, c)
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, n.http+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+keys[tenant])
-				epoch := n.epoch.Load()
-				resp, err := client.Do(req)
-				code := 0
-				var msg []byte
-				if err == nil {
-					msg, _ = io.ReadAll(io.LimitReader(resp.Body, 512))
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-				healthy := n.epoch.Load() == epoch && n.up.Load() && ctx.Err() == nil
-				switch {
-				case code == 200 && tenant == "acme":
-					acmeOK.Add(1)
-				case code == 200:
-					beta200.Add(1)
-				case code == 402 && tenant == "acme":
-					if acme402.Add(1) == 1 {
-						v := charged()
-						first402.Store(&v)
-					}
-				case healthy:
-					healthyFailed.Add(1)
-					failMu.Lock()
-					failures = append(failures, fmt.Sprintf("%s at %s: %d %v %s", tenant, n.name, code, err, msg))
-					failMu.Unlock()
-				}
-			}
-		})
-	}
-
-	leader := func() int {
-		for _, n := range nodes {
-			if !n.up.Load() {
-				continue
-			}
-			resp, err := http.Get(n.http + "/v1/mesh/raft/peers")
-			if err != nil {
-				continue
-			}
-			var doc struct {
-				Peers []struct {
-					ID     string
-					Leader bool
-				}
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&doc)
+	cr := rand.New(rand.NewPCG(f.seed, uint64(100+c)))
+	for ctx.Err() == nil {
+		time.Sleep(time.Duration(50+cr.IntN(100)) * time.Millisecond) // pacing: a client's think time
+		n := f.nodes[cr.IntN(len(f.nodes))]
+		if !n.up.Load() {
+			continue
+		}
+		tenant, model := "acme", "m"
+		if c%4 == 3 {
+			tenant, model = "beta", "n"
+		}
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"user":"%s-%d","messages":[{"role":"user","content":"faults"}]}`,
+			model, 4+cr.IntN(12), tenant, c)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, n.http+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+f.keys[tenant])
+		epoch := n.epoch.Load()
+		resp, err := client.Do(req)
+		code := 0
+		var msg []byte
+		if err == nil {
+			msg, _ = io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
-			for _, p := range doc.Peers {
-				if p.Leader {
-					return slices.IndexFunc(nodes, func(x *faultNode) bool { return x.name == p.ID })
-				}
-			}
+			code = resp.StatusCode
 		}
-		return -1
-	}
-	down := func(n *faultNode) { n.up.Store(false); n.epoch.Add(1) }
-	healed := func(n *faultNode) { n.epoch.Add(1) }
-	restart := func(n *faultNode) {
-		time.Sleep(time.Duration(500+r.IntN(1500)) * time.Millisecond)
-		healed(n)
-		n.start(t)
-	}
-	var log []string
-	end := time.Now().Add(45 * time.Second)
-	for time.Now().Before(end) {
-		time.Sleep(time.Duration(2000+r.IntN(2000)) * time.Millisecond)
-		// Freeze 30%, kill the leader 20%, a follower 20%, drain 30%.
-		switch k := []int{0, 0, 0, 1, 1, 2, 2, 3, 3, 3}[r.IntN(10)]; k {
-		case 0: // freeze
-			n := nodes[r.IntN(len(nodes))]
-			d := time.Duration(1000+r.IntN(2000)) * time.Millisecond
-			log = append(log, fmt.Sprintf("freeze %s for %v", n.name, d))
-			down(n)
-			n.signal(syscall.SIGSTOP)
-			time.Sleep(d)
-			n.signal(syscall.SIGCONT)
-			healed(n)
-			n.up.Store(true)
-		case 1, 2: // kill the leader, or a follower
-			l := leader()
-			if l < 0 {
-				continue
+		healthy := n.epoch.Load() == epoch && n.up.Load() && ctx.Err() == nil
+		switch {
+		case code == 200 && tenant == "acme":
+			f.acmeOK.Add(1)
+		case code == 200:
+			f.beta200.Add(1)
+		case code == 402 && tenant == "acme":
+			if f.acme402.Add(1) == 1 {
+				v := f.charged()
+				f.first402.Store(&v)
 			}
-			i := l
-			if k == 2 {
-				i = (l + 1 + r.IntN(2)) % 3
-			}
-			n := nodes[i]
-			log = append(log, fmt.Sprintf("kill %s (leader: %v)", n.name, i == l))
-			down(n)
-			n.signal(syscall.SIGKILL)
-			<-n.exited
-			restart(n)
-		case 3: // drain
-			n := nodes[r.IntN(len(nodes))]
-			log = append(log, "drain "+n.name)
-			down(n)
-			resp, err := http.Post(n.http+"/v1/mesh/drain", "application/json", nil)
-			if err == nil {
-				resp.Body.Close()
-			}
-			select {
-			case <-n.exited:
-			case <-time.After(20 * time.Second):
-				t.Fatalf("%s did not exit after its drain", n.name)
-			}
-			restart(n)
+		case healthy:
+			f.healthyFailed.Add(1)
+			f.failMu.Lock()
+			f.failures = append(f.failures, fmt.Sprintf("%s at %s: %d %v %s", tenant, n.name, code, err, msg))
+			f.failMu.Unlock()
 		}
 	}
-	// Load goes on until the budget is spent, or for at most 45 s more.
-	for deadline := time.Now().Add(45 * time.Second); acme402.Load() == 0 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(time.Second)
-	stop()
-	load.Wait()
+}
 
-	spent := charged()
+// leader is the index of the node an up node reports as the Raft leader,
+// or -1.
+func (f *faultRun) leader() int {
+	for _, n := range f.nodes {
+		if !n.up.Load() {
+			continue
+		}
+		resp, err := http.Get(n.http + "/v1/mesh/raft/peers")
+		if err != nil {
+			continue
+		}
+		var doc struct {
+			Peers []struct {
+				ID     string
+				Leader bool
+			}
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		for _, p := range doc.Peers {
+			if p.Leader {
+				return slices.IndexFunc(f.nodes, func(x *faultNode) bool { return x.name == p.ID })
+			}
+		}
+	}
+	return -1
+}
+
+func down(n *faultNode)   { n.up.Store(false); n.epoch.Add(1) }
+func healed(n *faultNode) { n.epoch.Add(1) }
+
+func (f *faultRun) restart(n *faultNode) {
+	time.Sleep(time.Duration(500+f.r.IntN(1500)) * time.Millisecond) // the node stays down this long
+	healed(n)
+	n.start(f.t)
+}
+
+// fault injects one fault and heals it, and says what it did: freeze
+// 30%, kill the leader 20%, a follower 20%, drain 30%.
+func (f *faultRun) fault() []string {
+	r := f.r
+	switch k := []int{0, 0, 0, 1, 1, 2, 2, 3, 3, 3}[r.IntN(10)]; k {
+	case 0: // freeze
+		n := f.nodes[r.IntN(len(f.nodes))]
+		d := time.Duration(1000+r.IntN(2000)) * time.Millisecond
+		down(n)
+		n.signal(syscall.SIGSTOP)
+		time.Sleep(d) // the freeze lasts this long
+		n.signal(syscall.SIGCONT)
+		healed(n)
+		n.up.Store(true)
+		return []string{fmt.Sprintf("freeze %s for %v", n.name, d)}
+	case 1, 2: // kill the leader, or a follower
+		l := f.leader()
+		if l < 0 {
+			return nil
+		}
+		i := l
+		if k == 2 {
+			i = (l + 1 + r.IntN(2)) % 3
+		}
+		n := f.nodes[i]
+		down(n)
+		n.signal(syscall.SIGKILL)
+		<-n.exited
+		f.restart(n)
+		return []string{fmt.Sprintf("kill %s (leader: %v)", n.name, i == l)}
+	default: // drain
+		n := f.nodes[r.IntN(len(f.nodes))]
+		down(n)
+		resp, err := http.Post(n.http+"/v1/mesh/drain", "application/json", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		select {
+		case <-n.exited:
+		case <-time.After(20 * time.Second):
+			f.t.Fatalf("%s did not exit after its drain", n.name)
+		}
+		f.restart(n)
+		return []string{"drain " + n.name}
+	}
+}
+
+// check asserts the guarantees once the load has stopped.
+func (f *faultRun) check() {
+	t := f.t
+	spent := f.charged()
 	var books struct {
 		Budgets []struct {
 			Tenant       string
@@ -395,42 +422,41 @@ audit: {disabled: true}
 			ForfeitedUSD float64 `json:"forfeited_usd"`
 		}
 	}
-	resp, err := http.Get(nodes[0].http + "/v1/mesh/budgets")
+	resp, err := http.Get(f.nodes[0].http + "/v1/mesh/budgets")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&books)
 	resp.Body.Close()
 	at402 := 0.0
-	if p := first402.Load(); p != nil {
+	if p := f.first402.Load(); p != nil {
 		at402 = *p
 	}
-	t.Logf("faults: %s", strings.Join(log, "; "))
 	t.Logf("acme: %d answered, %d 402; beta: %d answered; charged $%.6f of $%.2f (%.0f%% when acme first got 402); books %+v",
-		acmeOK.Load(), acme402.Load(), beta200.Load(), spent, budget, 100*at402/budget, books.Budgets)
-	t.Logf("limited: busiest 60 s window %d of %d; acme requests at us-cheap: %d", limited.busiest(), rpm, usCheap.foreign.Load())
-	failMu.Lock()
-	defer failMu.Unlock()
-	if len(failures) > 0 {
-		t.Errorf("%d requests to healthy nodes failed; first: %s", len(failures), strings.Join(failures[:min(5, len(failures))], "\n"))
+		f.acmeOK.Load(), f.acme402.Load(), f.beta200.Load(), spent, faultBudget, 100*at402/faultBudget, books.Budgets)
+	t.Logf("limited: busiest 60 s window %d of %d; acme requests at us-cheap: %d", f.limited.busiest(), faultRPM, f.usCheap.foreign.Load())
+	f.failMu.Lock()
+	defer f.failMu.Unlock()
+	if len(f.failures) > 0 {
+		t.Errorf("%d requests to healthy nodes failed; first: %s", len(f.failures), strings.Join(f.failures[:min(5, len(f.failures))], "\n"))
 	}
-	if spent > budget+1e-9 {
-		t.Errorf("the providers charged $%.9f against a budget of $%.2f", spent, budget)
+	if spent > faultBudget+1e-9 {
+		t.Errorf("the providers charged $%.9f against a budget of $%.2f", spent, faultBudget)
 	}
 	for _, b := range books.Budgets {
 		if b.OverspendUSD != 0 {
 			t.Errorf("books report an overspend: %+v", b)
 		}
 	}
-	if n := usCheap.foreign.Load(); n != 0 {
+	if n := f.usCheap.foreign.Load(); n != 0 {
 		t.Errorf("%d of acme's requests (residency eu) reached us-cheap", n)
 	}
-	if w := limited.busiest(); w > rpm {
-		t.Errorf("limited saw %d requests within 60 s; its limit is %d", w, rpm)
+	if w := f.limited.busiest(); w > faultRPM {
+		t.Errorf("limited saw %d requests within 60 s; its limit is %d", w, faultRPM)
 	}
-	if acme402.Load() == 0 {
+	if f.acme402.Load() == 0 {
 		t.Errorf("acme's budget was never spent")
-	} else if at402 < 0.9*budget {
-		t.Errorf("acme got 402 with %.0f%% of its budget spent; at least 90%% must be spendable", 100*at402/budget)
+	} else if at402 < 0.9*faultBudget {
+		t.Errorf("acme got 402 with %.0f%% of its budget spent; at least 90%% must be spendable", 100*at402/faultBudget)
 	}
 }

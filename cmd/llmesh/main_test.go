@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -155,7 +156,7 @@ func TestAgentDev(t *testing.T) {
 	}
 	// The dev tenant has a budget in the dev node's own Raft ledger, and
 	// what the two requests cost is settled there.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	wait.Every(50*time.Millisecond).Until(t, 10*time.Second, "budgets after two requests", func() error {
 		out, err := exec.Command(binary, "budgets", "-addr", base, "-json").CombinedOutput()
 		var doc struct {
 			Consistency string
@@ -169,13 +170,10 @@ func TestAgentDev(t *testing.T) {
 			if b := doc.Budgets[0]; b.Tenant != "dev" || b.LimitUSD != 5 || doc.Consistency != "linearizable" {
 				t.Fatalf("budgets: %s", out)
 			}
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("budgets after two requests (%v):\n%s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("%v:\n%s", err, out)
+	})
 	if out, err := exec.Command(binary, "budgets", "-addr", base).CombinedOutput(); err != nil || !strings.Contains(string(out), "$5.000000") {
 		t.Fatalf("budgets table: %v\n%s", err, out)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // agentProc is an agent process started from a configuration file.
@@ -68,7 +70,7 @@ func runCLI(t *testing.T, args ...string) string {
 // by `llmesh join`, and reads them back with `llmesh members` and
 // `llmesh providers`.
 func TestOperatorVerbsOnAMesh(t *testing.T) {
-	e := startEmulator(t, emulator.DefaultConfig())
+	e := harness.StartEmulator(t, emulator.DefaultConfig())
 	key := strings.TrimSpace(runCLI(t, "keygen"))
 	if len(key) != 44 {
 		t.Fatalf("keygen printed %q", key)
@@ -117,8 +119,7 @@ probes: {disabled: true}
 	if !strings.Contains(out, "contacted 1 of 1") {
 		t.Fatalf("join: %s", out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Every(50*time.Millisecond).Until(t, 20*time.Second, "b to see three members alive", func() error {
 		decode(runCLI(t, "members", "-addr", b.http, "-json"))
 		alive := 0
 		for _, m := range members {
@@ -127,13 +128,10 @@ probes: {disabled: true}
 			}
 		}
 		if alive == 3 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members seen by b: %+v", members)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("members seen by b: %+v", members)
+	})
 	table := runCLI(t, "members", "-addr", b.http)
 	for _, want := range []string{"NAME", "REGION", "RTT", "a ", "eu-west", "c ", "us-east", "alive", "(self)"} {
 		if !strings.Contains(table, want) {

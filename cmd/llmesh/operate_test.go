@@ -1,12 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"cmp"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,13 +8,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
-	"github.com/llmesh/llmesh/sim/loadtest"
+	"github.com/llmesh/llmesh/sim/harness"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // The operations tests run real agent processes on loopback: three voters
@@ -30,306 +24,6 @@ import (
 
 // opsPrice is every provider's price per token, in and out: a budget of
 // opsBudget lasts a few seconds of the capped tenant's share of the load.
-const (
-	opsPrice  = 10.0 / 1e6
-	opsBudget = 0.01
-	opsRPS    = 50
-)
-
-var opsTenants = []loadtest.Tenant{
-	{Name: "acme", Key: "sk-acme-ops-test-key-0001"},     // eu residency
-	{Name: "globex", Key: "sk-globex-ops-test-key-0002"}, // us residency
-	{Name: "open", Key: "sk-open-ops-test-key-0003"},     // anywhere
-	{Name: "capped", Key: "sk-capped-ops-test-key-0004", Budgeted: true},
-}
-
-// opsNode is one agent of the operations mesh: its configuration (ports
-// and data directory kept across restarts) and its process.
-type opsNode struct {
-	name, region string
-	http         string
-	ports        []int // http, rpc, gossip, raft
-	dataDir      string
-	cmd          *exec.Cmd
-	exited       chan error
-	log          *syncLog
-}
-
-type opsMesh struct {
-	t     *testing.T
-	nodes map[string]*opsNode
-	seeds []string
-	emus  string // the providers' section
-	lb    *loadtest.Balancer
-}
-
-func sha(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
-// cloud-us has a mesh-wide rate limit, so that rate shares are leased
-// from the leader: a drained leader hands over what it granted, and a
-// node restarted meanwhile gets its share at once.
-//
-// startOpsMesh starts the emulated providers and three voters: eu-1
-// (eu-west, which alone reaches the eu GPU cluster), us-1 (us-east) and
-// ap-1 (ap-south, no provider of its own).
-func startOpsMesh(t *testing.T) *opsMesh {
-	if testing.Short() {
-		t.Skip("starts real agent processes under load: not with -short")
-	}
-	emu := func(name string) string {
-		cfg := emulator.DefaultConfig()
-		cfg.Name, cfg.TPS, cfg.Latency = name, 20, 5*time.Millisecond
-		return startEmulator(t, cfg).URL()
-	}
-	m := &opsMesh{t: t, nodes: map[string]*opsNode{}, lb: loadtest.NewBalancer()}
-	t.Cleanup(m.lb.Close)
-	price := fmt.Sprintf("{name: chat, input_usd_per_mtok: %g, output_usd_per_mtok: %g}", opsPrice*1e6, opsPrice*1e6)
-	m.emus = fmt.Sprintf(`providers:
-  - {name: gpu-eu, region: eu-west, reach: region, base_url: %q, models: [%s]}
-  - {name: cloud-eu, region: eu-west, base_url: %q, priority: 1, models: [%s]}
-  - {name: cloud-us, region: us-east, base_url: %q, limits: {rpm: 60000}, models: [%s]}
-tenants:
-  - {name: acme, key_sha256: [%s], residency: eu}
-  - {name: globex, key_sha256: [%s], residency: us}
-  - {name: open, key_sha256: [%s]}
-  - {name: capped, key_sha256: [%s], budget: {usd: %g, period: total}}
-`, emu("gpu-eu"), price, emu("cloud-eu"), price, emu("cloud-us"), price,
-		sha(opsTenants[0].Key), sha(opsTenants[1].Key), sha(opsTenants[2].Key), sha(opsTenants[3].Key), opsBudget)
-	for _, n := range [][2]string{{"eu-1", "eu-west"}, {"us-1", "us-east"}, {"ap-1", "ap-south"}} {
-		m.define(n[0], n[1])
-	}
-	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
-		m.start(name)
-	}
-	m.awaitVoters(3, 30*time.Second)
-	if !m.lb.AwaitReady(3, 30*time.Second) {
-		t.Fatal("the three nodes are not ready")
-	}
-	return m
-}
-
-// define reserves a node's ports and data directory, kept across its
-// restarts.
-func (m *opsMesh) define(name, region string) *opsNode {
-	p := freePorts(m.t, 4)
-	n := &opsNode{name: name, region: region, http: fmt.Sprintf("http://127.0.0.1:%d", p[0]), ports: p, dataDir: m.t.TempDir()}
-	m.seeds = append(m.seeds, fmt.Sprintf("127.0.0.1:%d", p[2]))
-	m.nodes[name] = n
-	return n
-}
-
-// config is a node's configuration file: every node defined so far is a
-// gossip seed, as an operator lists them.
-func (m *opsMesh) config(n *opsNode) string {
-	p := n.ports
-	return fmt.Sprintf(`node:
-  name: %s
-  region: %s
-  data_dir: %s
-  http: 127.0.0.1:%d
-  rpc: 127.0.0.1:%d
-  gossip: 127.0.0.1:%d
-  raft: 127.0.0.1:%d
-  voter: true
-  bootstrap_expect: 3
-  join: [%s]
-  drain: {grace: 2s, timeout: 30s}
-regions: [{name: eu-west, jurisdiction: eu}, {name: us-east, jurisdiction: us}, {name: ap-south, jurisdiction: ap}]
-probes: {disabled: true}
-%s`, n.name, n.region, n.dataDir, p[0], p[1], p[2], p[3], strings.Join(m.seeds, ", "), m.emus)
-}
-
-// start runs a defined node's agent and adds it to the balancer.
-func (m *opsMesh) start(name string) {
-	t := m.t
-	n := m.nodes[name]
-	path := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(path, []byte(m.config(n)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	level := cmp.Or(os.Getenv("LLMESH_TEST_LOG_LEVEL"), "warn")
-	cmd := exec.Command(binary, "agent", "-config", path, "-log-level", level)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.cmd, n.exited, n.log = cmd, make(chan error, 1), &syncLog{}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			n.log.add(sc.Text())
-		}
-		n.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
-	m.lb.Set(name, n.http)
-}
-
-// awaitVoters waits until some node reports a leader and count voters.
-func (m *opsMesh) awaitVoters(count int, within time.Duration) {
-	m.t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if _, peers := m.raft(); peers == count {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	m.t.Fatalf("no Raft configuration of %d voters with a leader within %s", count, within)
-}
-
-// raft returns the leader and the number of voters, as the first node
-// that answers sees them.
-func (m *opsMesh) raft() (string, int) {
-	for _, n := range m.nodes {
-		if n.cmd == nil || n.cmd.ProcessState != nil {
-			continue
-		}
-		var doc struct {
-			Peers []struct {
-				ID            string
-				Voter, Leader bool
-			}
-		}
-		if getStatus(n.http+"/v1/mesh/raft/peers", &doc) != nil {
-			continue
-		}
-		leader, voters := "", 0
-		for _, p := range doc.Peers {
-			if p.Voter {
-				voters++
-			}
-			if p.Leader {
-				leader = p.ID
-			}
-		}
-		if leader != "" {
-			return leader, voters
-		}
-	}
-	return "", 0
-}
-
-func getStatus(url string, v any) error {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s", resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// waitExit waits for a node's process to end and returns its exit code.
-func (m *opsMesh) waitExit(name string, within time.Duration) int {
-	m.t.Helper()
-	n := m.nodes[name]
-	select {
-	case <-n.exited:
-		return n.cmd.ProcessState.ExitCode()
-	case <-time.After(within):
-		m.t.Fatalf("%s did not exit within %s; its log:\n%s", name, within, n.log.String())
-	}
-	return -1
-}
-
-// awaitReady waits until the node answers /readyz 200.
-func (m *opsMesh) awaitReady(name string, within time.Duration) {
-	m.t.Helper()
-	if awaitReady(m.nodes[name].http, within) == nil {
-		return
-	}
-	var logs strings.Builder
-	for other, n := range m.nodes {
-		out, _ := exec.Command(binary, "members", "-addr", n.http).CombinedOutput()
-		fmt.Fprintf(&logs, "--- %s:\n%s\n%s", other, out, n.log.String())
-	}
-	m.t.Fatalf("%s not ready within %s; the logs:\n%s", name, within, logs.String())
-}
-
-// checkBudget asserts the capped tenant's budget was never overspent:
-// by the ledger's books (no overspend, settled within the limit) and by
-// what the clients were billed for, at the configured prices.
-func (m *opsMesh) checkBudget(rep *loadtest.Report) {
-	m.t.Helper()
-	committed := -1.0 // settled + reserved, by the books
-	for _, n := range m.nodes {
-		if n.cmd.ProcessState != nil {
-			continue
-		}
-		var doc struct {
-			Budgets []struct {
-				Tenant       string
-				LimitUSD     float64 `json:"limit_usd"`
-				SettledUSD   float64 `json:"settled_usd"`
-				ReservedUSD  float64 `json:"reserved_usd"`
-				OverspendUSD float64 `json:"overspend_usd"`
-			}
-		}
-		if err := getStatus(n.http+"/v1/mesh/budgets", &doc); err != nil {
-			continue
-		}
-		for _, b := range doc.Budgets {
-			if b.Tenant != "capped" {
-				continue
-			}
-			m.t.Logf("capped: limit $%.4f, settled $%.4f, reserved $%.4f, overspend $%.4f; clients billed $%.4f",
-				b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.OverspendUSD, rep.SpendUSD["capped"])
-			if b.OverspendUSD != 0 || b.SettledUSD > b.LimitUSD+1e-9 {
-				m.t.Fatalf("the budget was overspent: %+v", b)
-			}
-			committed = b.SettledUSD + b.ReservedUSD
-		}
-		break
-	}
-	if rep.SpendUSD["capped"] > opsBudget+1e-9 {
-		m.t.Fatalf("the capped tenant was served $%.6f, beyond its budget of $%g", rep.SpendUSD["capped"], opsBudget)
-	}
-	// The budget must have been pressed for the check to mean anything:
-	// all of it settled or held as escrow, and requests refused for it.
-	// (Whether they get 402 or 429 depends on where the escrow left sits:
-	// a killed node's stays reserved until its lease is written off.)
-	if committed < 0.9*opsBudget || rep.Budget402+rep.Budget429 == 0 {
-		m.t.Fatalf("the capped tenant's budget was not pressed (committed $%.4f of $%g): the test did not test it (%s)", committed, opsBudget, rep)
-	}
-}
-
-// loadFor starts the load and returns a function that stops it and
-// returns the report.
-func (m *opsMesh) loadFor() func() *loadtest.Report {
-	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan *loadtest.Report, 1)
-	go func() {
-		out <- loadtest.Run(ctx, m.lb, opsTenants, loadtest.Config{Model: "chat", RPS: opsRPS, PricePerToken: opsPrice})
-	}()
-	return func() *loadtest.Report {
-		cancel()
-		return <-out
-	}
-}
-
-func (m *opsMesh) requireClean(rep *loadtest.Report) {
-	m.t.Helper()
-	m.t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.Refused())
-	if len(rep.Failures) > 0 || len(rep.Truncated) > 0 {
-		f, tr := rep.FirstFailures()
-		m.t.Fatalf("failed (first ten): %q\ntruncated (first ten): %q", f, tr)
-	}
-}
-
 // Draining one node under load: zero failed requests, zero truncated
 // streams, and the node exits 0. Then a node added live takes traffic
 // within seconds, and joins Raft as a voter.
@@ -353,7 +47,7 @@ func TestDrainAndJoinUnderLoad(t *testing.T) {
 	m.start("eu-2")
 	m.awaitReady("eu-2", 30*time.Second)
 	m.awaitVoters(3, 20*time.Second)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // load runs with the new node: the time is the test's
 	rep := stop()
 	m.requireClean(rep)
 	first, ok := rep.FirstAt["eu-2"]
@@ -370,7 +64,7 @@ func TestDrainAndJoinUnderLoad(t *testing.T) {
 func TestLeaderKilledUnderLoad(t *testing.T) {
 	m := startOpsMesh(t)
 	stop := m.loadFor()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // load runs before the kill: the time is the test's
 	leader, _ := m.raft()
 	if leader == "" {
 		t.Fatal("no leader")
@@ -383,17 +77,12 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 	// In flight on it when it died: sent before its death was seen, not
 	// answered before the signal was sent.
 	inflight := m.lb.InFlightDuring(leader, killed, time.Now())
-	var elected time.Duration
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if l, _ := m.raft(); l != "" && l != leader {
-			elected = time.Since(killed)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader within 30s")
-		}
-	}
-	time.Sleep(5 * time.Second)
+	wait.Every(50*time.Millisecond).For(t, 30*time.Second, "a new leader", func() bool {
+		l, _ := m.raft()
+		return l != "" && l != leader
+	})
+	elected := time.Since(killed)
+	time.Sleep(5 * time.Second) // load runs under the new leader: the time is the test's
 	rep := stop()
 	t.Logf("killed leader %s with %d requests in flight on it; a new leader %s later", leader, inflight, elected.Round(time.Millisecond))
 	t.Logf("load: %s; connections refused and sent to another node: %d", rep, m.lb.Refused())
@@ -418,7 +107,7 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 func TestRollingRestartUnderLoad(t *testing.T) {
 	m := startOpsMesh(t)
 	stop := m.loadFor()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // load runs before the restarts: the time is the test's
 	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
 		began := time.Now()
 		if err := m.nodes[name].cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -432,7 +121,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		m.awaitVoters(3, 30*time.Second)
 		t.Logf("%s restarted: ready and a voter again %s after SIGTERM", name, time.Since(began).Round(time.Millisecond))
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // and after them
 	rep := stop()
 	m.requireClean(rep)
 	for _, name := range []string{"eu-1", "us-1", "ap-1"} {
@@ -441,31 +130,6 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		}
 	}
 	m.checkBudget(rep)
-}
-
-// syncLog is a process's log, written by the reader of its stderr and
-// read by the test.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) add(line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.WriteString(line + "\n")
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestDemo runs `llmesh demo` as the README does: three regions, a table
@@ -566,7 +230,7 @@ func TestDemo(t *testing.T) {
 // traffic without a restart; a file that would change the node section
 // is refused (logged with the field) and the agent keeps serving.
 func TestSIGHUPReloads(t *testing.T) {
-	e1, e2 := startEmulator(t, emulator.DefaultConfig()), startEmulator(t, emulator.DefaultConfig())
+	e1, e2 := harness.StartEmulator(t, emulator.DefaultConfig()), harness.StartEmulator(t, emulator.DefaultConfig())
 	key := "sk-reload-test-key-0001"
 	dir := t.TempDir()
 	write := func(region string, providers string) string {
@@ -576,7 +240,7 @@ regions: [{name: eu-west, jurisdiction: eu}, {name: us-east, jurisdiction: us}]
 probes: {disabled: true}
 tenants: [{name: t, key_sha256: [%s]}]
 providers:
-%s`, region, dir, sha(key), providers)
+%s`, region, dir, harness.KeySHA256(key), providers)
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -593,14 +257,14 @@ providers:
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var base string
-	for deadline := time.Now().Add(20 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
-		if m := regexp.MustCompile(`msg="node started".* http=(\S+)`).FindStringSubmatch(stderr.String()); m != nil {
+	started := regexp.MustCompile(`msg="node started".* http=(\S+)`)
+	wait.Every(20*time.Millisecond).Until(t, 20*time.Second, "the agent to start", func() error {
+		if m := started.FindStringSubmatch(stderr.String()); m != nil {
 			base = "http://" + m[1]
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not start:\n%s", stderr)
-		}
-	}
+		return fmt.Errorf("its log:\n%s", stderr)
+	})
 	provider := func() string {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`))
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -618,35 +282,23 @@ providers:
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); provider() != "second"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cheaper provider added by SIGHUP took no traffic:\n%s", stderr)
+	wait.Every(50*time.Millisecond).Until(t, 10*time.Second, "the cheaper provider added by SIGHUP to take traffic", func() error {
+		if provider() == "second" {
+			return nil
 		}
-	}
+		return fmt.Errorf("its log:\n%s", stderr)
+	})
 	write("us-east", two)
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "node.region changed: restart the node"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a changed region was not refused by name:\n%s", stderr)
+	wait.Every(50*time.Millisecond).Until(t, 10*time.Second, "a changed region to be refused by name", func() error {
+		if strings.Contains(stderr.String(), "node.region changed: restart the node") {
+			return nil
 		}
-	}
+		return fmt.Errorf("its log:\n%s", stderr)
+	})
 	if p := provider(); p != "second" {
 		t.Fatalf("after a refused reload: %q", p)
 	}
-}
-
-// startEmulator runs an emulated provider until the test ends.
-func startEmulator(t *testing.T, cfg emulator.Config) *emulator.Emulator {
-	t.Helper()
-	e, err := emulator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
-	return e
 }

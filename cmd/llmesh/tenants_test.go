@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // The tenant key lifecycle as an operator runs it against llmesh agent
@@ -45,11 +47,7 @@ func TestTenantKeyLifecycle(t *testing.T) {
 	}
 	within := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(3 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 3 s: %s", what)
-			}
-		}
+		wait.Every(20*time.Millisecond).For(t, 3*time.Second, what, cond)
 	}
 	keyRe := regexp.MustCompile(`\n  (sk-llmesh-[A-Za-z0-9_-]{43})\n`)
 

@@ -72,6 +72,18 @@ func (p Poller) Until(t testing.TB, d time.Duration, what string, cond func() er
 	}
 }
 
+// Within polls cond until it holds or d passes, and says whether it
+// held: for a wait whose running out is not a failure (load that goes on
+// until a budget is spent, or for at most d).
+func (p Poller) Within(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(p.Interval) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // Run runs m's tests (a *testing.M) and, if they pass, polls check until it returns nil
 // or d passes: for a goroutine-leak check (goleak.Find), which then
 // tolerates what a library still winds down for a moment after its

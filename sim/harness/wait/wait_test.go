@@ -104,3 +104,14 @@ func TestRunChecksAfterPassingTests(t *testing.T) {
 		t.Fatalf("code %d, want the tests' 2", code)
 	}
 }
+
+// Within says whether the condition held before the deadline.
+func TestWithin(t *testing.T) {
+	n := 0
+	if !wait.Every(time.Millisecond).Within(time.Second, func() bool { n++; return n == 3 }) || n != 3 {
+		t.Fatalf("Within gave up, or polled %d times for a condition true at the third", n)
+	}
+	if wait.Every(time.Millisecond).Within(10*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Within says a condition that never held did")
+	}
+}
