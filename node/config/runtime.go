@@ -102,6 +102,7 @@ type Tracing struct {
 
 // Tenant is a configured tenant with its key hashes decoded.
 type Tenant struct {
+	// Name is the tenant's name, unique among the file's tenants.
 	Name string
 	// Keys are the SHA-256 sums of the tenant's API keys.
 	Keys [][sha256.Size]byte
@@ -121,7 +122,9 @@ type Tenant struct {
 // nothing: every variable is unset, every file missing, and "auto" is
 // refused.
 type Env struct {
-	Getenv   func(string) string
+	// Getenv reads the variables *_env keys name.
+	Getenv func(string) string
+	// ReadFile reads the files node.gossip_key_file and node.tls name.
 	ReadFile func(string) ([]byte, error)
 	// PrivateIP returns the address node.advertise "auto" stands for
 	// (the node passes PrivateIP).
