@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
@@ -339,14 +340,7 @@ func TestVoterRestartRecovers(t *testing.T) {
 	}
 	victim.Kill()
 	cfg.Node.Join = []string{m.nodes[0].Mesh().Addr()}
-	again, err := node.New(cfg, node.Options{Logger: quietLogger(), LedgerTuning: func(c *consensus.ServerConfig) { c.Timings = consensus.FastTimings }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := again.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = again.Shutdown(context.Background()) })
+	again := harness.JoinNode(t, cfg, node.Options{Logger: quietLogger(), LedgerTuning: func(c *consensus.ServerConfig) { c.Timings = consensus.FastTimings }})
 	url := "http://" + again.HTTPAddr()
 	// At once, before it could have caught up from the leader, its
 	// replica holds the ledger of its snapshot.

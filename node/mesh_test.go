@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -266,14 +265,7 @@ func TestReadyOnlyOnceJoined(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Node.Name, cfg.Node.Gossip = "late", "127.0.0.1:0"
 	cfg.Node.Join = []string{closedAddr(t)}
-	nd, err := node.New(cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nd.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nd.Shutdown(context.Background()) })
+	nd := harness.JoinNode(t, cfg, node.Options{Logger: slog.New(slog.DiscardHandler)})
 	url := "http://" + nd.HTTPAddr()
 	if code := getJSON(t, url+"/readyz", "", &struct{}{}); code != 503 {
 		t.Fatalf("readyz before joining: %d", code)
