@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/ui"
 	"github.com/llmesh/llmesh/node/views"
 
 	"github.com/llmesh/llmesh/route"
@@ -38,7 +39,7 @@ func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 			// The dashboard's session cookie reads the mesh's state; only
 			// the token steers, or profiles.
 			read := (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, "/v1/mesh/")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 && !(read && uiSessionValid(r, want)) {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 && !(read && ui.SessionValid(r, want)) {
 				n.writeError(w, errAdminToken)
 				return
 			}
