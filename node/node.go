@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/probe"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
 )
@@ -86,7 +87,7 @@ type Node struct {
 	// long in all.
 	// rateWaiting are those waiting now for a rate share.
 	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
-	probes     *prober
+	probes     *probe.Prober
 	decided    decisions       // the last routing decisions, for the dashboard
 	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
 	audit      *audit.Log      // nil when audit.disabled
@@ -220,7 +221,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}()
 	if n.probes != nil {
-		n.loops.Go(func() { n.probes.run(n.stop) })
+		n.loops.Go(func() { n.probes.Run(n.stop) })
 	}
 	n.tracer.Start()
 	n.ready.Store(true)
