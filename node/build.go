@@ -40,7 +40,7 @@ func (o Options) withDefaults() Options {
 func (n *Node) newHealthTracker() *route.Tracker {
 	return route.NewTracker(n.s.Health, route.TrackerHooks{
 		OnEject: func(p string) {
-			n.metrics.ejections.WithLabelValues(p).Inc()
+			n.metrics.Ejected(p)
 			n.log.Warn("provider ejected after consecutive failures", "provider", p)
 		},
 		OnChange: func(string) {
@@ -90,7 +90,7 @@ func (n *Node) buildLedger(catalog *route.Catalog, opts Options) (route.QuotaGat
 	s := n.s
 	l, err := newLedger(s, catalog, opts.LedgerTuning, ledgerDeps{
 		log: n.log, now: n.now, catalog: n.catalog, mesh: n.mesh, rpcAddr: n.rpcAddr,
-		observeApply: func(d time.Duration) { n.metrics.raftApply.Observe(d.Seconds()) },
+		observeApply: n.metrics.RaftApplied,
 		setTenants:   func(ts []consensus.Tenant) { n.tenants.Store(newTenantKeys(s.Tenants, ts)) },
 	})
 	if err != nil {

@@ -107,10 +107,10 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 			Usage: fw.Usage, Cost: fw.Cost, TTFT: fw.TTFT, Truncated: fw.Truncated, ClientGone: fw.ClientGone}
 		switch {
 		case fw.Committed:
-			n.metrics.handoffs.WithLabelValues("ok").Inc()
+			n.metrics.HandedOff("ok")
 			return res, true
 		case fw.Err != nil || fw.Status == http.StatusServiceUnavailable:
-			n.metrics.handoffs.WithLabelValues("next").Inc()
+			n.metrics.HandedOff("next")
 			n.log.Debug("handoff refused", "peer", peer.Name, "err", fw.Err, "status", fw.Status)
 			if ctx.Err() != nil {
 				res.ClientGone = true
@@ -119,7 +119,7 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 			continue
 		}
 		// A final refusal (400, 402, 413, 422, 429): the client's answer.
-		n.metrics.handoffs.WithLabelValues("refused").Inc()
+		n.metrics.HandedOff("refused")
 		h := sink.Header()
 		for k, v := range fw.Header {
 			h[k] = v
@@ -130,7 +130,7 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 		res.Target, res.Provider = nil, ""
 		return res, true
 	}
-	n.metrics.handoffs.WithLabelValues("self").Inc()
+	n.metrics.HandedOff("self")
 	return nil, false
 }
 

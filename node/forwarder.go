@@ -44,7 +44,7 @@ func newForwarder(n *Node, view *meshView) *forwarder {
 		auth.TLS = n.s.TLS.Client
 	}
 	return &forwarder{name: n.s.Name, view: view, auth: auth, maxSend: int(n.s.MaxBodyBytes) + 64<<10,
-		exec: n.s.Executor, sent: n.metrics.forwardsOut, conns: map[string]*grpc.ClientConn{}}
+		exec: n.s.Executor, sent: n.metrics.ForwardsSent(), conns: map[string]*grpc.ClientConn{}}
 }
 
 func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {

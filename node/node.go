@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/probe"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
@@ -54,7 +55,7 @@ type Node struct {
 	s       *config.Runtime
 	log     *slog.Logger
 	reg     *prometheus.Registry
-	metrics *metrics
+	metrics *metrics.Metrics
 	now     func() time.Time
 	version string
 	started time.Time
@@ -127,7 +128,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		log:        slog.New(red.Handler(opts.Logger.Handler())).With("node", s.Name),
 		red:        red,
 		reg:        opts.Registry,
-		metrics:    newMetrics(opts.Registry),
+		metrics:    metrics.New(opts.Registry),
 		now:        opts.Clock,
 		version:    opts.Version,
 		cfg:        cfg,

@@ -166,7 +166,7 @@ func (n *Node) narrow(req *route.Request, in *inbound) error {
 		r, err := req.Residency.Narrow(region.Jurisdiction(strings.TrimSpace(h)))
 		if err != nil {
 			if in.origin == fromClient && !in.planOnly {
-				n.metrics.refusals.WithLabelValues("header").Inc()
+				n.metrics.RefusedHeader()
 			}
 			return &route.InvalidRequestError{Param: "X-LLMesh-Residency", Msg: err.Error()}
 		}

@@ -11,11 +11,7 @@ func (n *Node) newProber() *probe.Prober {
 	cfg := probe.Config{Self: n.s.Name, Region: n.s.Region, Idle: n.s.ProbeIdle, Timeout: n.s.Executor.FirstByteTimeout,
 		Now: n.now, Tracker: n.tracker, Exec: n.exec, Log: n.log,
 		Routing: func() (*route.Catalog, *route.Planner) { rt := n.rt.Load(); return rt.catalog, rt.planner },
-		Probed: func(provider, outcome string, res *route.Result) {
-			n.metrics.probes.WithLabelValues(provider, outcome).Inc()
-			n.metrics.probeCost.WithLabelValues(provider).Add(res.Cost)
-			n.metrics.probeTokens.WithLabelValues(provider).Add(float64(res.Usage.PromptTokens + res.Usage.CompletionTokens))
-		}}
+		Probed:  n.metrics.Probed}
 	if n.mesh != nil {
 		cfg.Mesh = n.mesh
 	}

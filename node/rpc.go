@@ -57,7 +57,7 @@ func (n *Node) listenRPC(ctx context.Context) error {
 		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.client))
 	}
 	pb.RegisterMeshServer(n.grpc, &meshService{name: n.s.Name, tenants: n.tenants.Load, serve: n.serve, now: n.now,
-		received: n.metrics.forwardsIn})
+		received: n.metrics.ForwardsReceived()})
 	go func() { _ = n.grpc.Serve(ln) }()
 	return nil
 }

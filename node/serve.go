@@ -9,9 +9,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
 )
@@ -37,10 +37,10 @@ type answer struct {
 // client's request to a peer first), writes the answer or the refusal to
 // sink, and accounts it: metrics, log, decision, audit and span.
 func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answer) {
-	n.metrics.inFlight.Inc()
+	n.metrics.InFlight().Inc()
 	n.inFlight.Add(1)
 	defer func() {
-		n.metrics.inFlight.Dec()
+		n.metrics.InFlight().Dec()
 		n.inFlight.Add(-1)
 	}()
 	// The request id is the client's, or a new one: answers carry it,
@@ -63,7 +63,7 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 	res, err := n.execute(ctx, in, req, rt, sink)
 	if err != nil {
 		if in.origin == fromClient {
-			n.metrics.refused(err)
+			n.metrics.Refused(err)
 		}
 		return answer{res: res, status: n.writeError(sink, err), err: err}
 	}
@@ -174,9 +174,8 @@ func (n *Node) account(e decision, sp *tracing.Span) {
 	e.took = n.now().Sub(e.at)
 	n.decided.record(e)
 	n.auditDecision(&e)
-	m, res, model, provider := n.metrics, e.res, e.model, e.provider
-	m.requests.WithLabelValues(model, provider, strconv.Itoa(e.status)).Inc()
-	m.duration.WithLabelValues(model, strconv.FormatBool(e.stream)).Observe(e.took.Seconds())
+	res, model, provider := e.res, e.model, e.provider
+	n.metrics.Answered(metrics.Request{Tenant: e.tenant, Model: model, Provider: provider, Status: e.status, Stream: e.stream, Took: e.took, Result: res})
 	attrs := []any{"request_id", e.id, "tenant", e.tenant, "model", model, "status", e.status, "outcome", outcome(e.status, res),
 		"stream", e.stream, "ms", e.took.Milliseconds()}
 	if e.origin != "" {
@@ -184,7 +183,6 @@ func (n *Node) account(e decision, sp *tracing.Span) {
 	}
 	via := n.s.Name
 	if res != nil {
-		m.admissionWait.Observe(res.AdmissionWait.Seconds())
 		if res.AdmissionWait > 0 {
 			n.admitted.waited.Add(1)
 			n.admitted.waitedNs.Add(int64(res.AdmissionWait))
@@ -195,19 +193,6 @@ func (n *Node) account(e decision, sp *tracing.Span) {
 		u := res.Usage
 		if res.Target.Via != "" {
 			via = res.Target.Via
-		} else {
-			m.tokens.WithLabelValues(model, provider, "prompt").Add(float64(u.PromptTokens))
-			m.tokens.WithLabelValues(model, provider, "completion").Add(float64(u.CompletionTokens))
-			m.cost.WithLabelValues(e.tenant, model, provider).Add(res.Cost)
-		}
-		if e.stream {
-			m.ttft.WithLabelValues(model, provider).Observe(res.TTFT.Seconds())
-		}
-		if res.Truncated {
-			m.truncated.WithLabelValues(provider).Inc()
-		}
-		if res.UsageCounted {
-			m.countedTokens.WithLabelValues(provider).Inc()
 		}
 		if res.Replica != "" {
 			attrs = append(attrs, "replica", res.Replica)

@@ -1,7 +1,15 @@
-package node
+// Package metrics holds one node's Prometheus collectors: requests,
+// latencies, tokens and cost, upstream attempts, ejections, probes,
+// forwards, hand-offs and residency refusals. They are created per node
+// on an injected prometheus.Registerer, never the global one; the node
+// tells them what happened through the methods here. Names, labels and
+// help text are part of the operator's interface (alerts and the
+// dashboard in deploy/ read them).
+package metrics
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,12 +18,12 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
-// metrics are one node's Prometheus collectors, registered on the node's
+// Metrics are one node's Prometheus collectors, registered on the node's
 // own registry (never the global one). Labels are bounded: models and
 // providers come from the catalog (a model the catalog does not know is
 // counted as "unknown"), tenants from the configuration, codes and outcomes
 // from small fixed sets.
-type metrics struct {
+type Metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	ttft          *prometheus.HistogramVec
@@ -41,9 +49,12 @@ type metrics struct {
 // latencyBuckets span a cached answer (5 ms) to a long generation (5 min).
 var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// New creates a node's collectors and registers them on reg, with the Go
+// runtime and process collectors. It panics if reg already holds any of
+// them, as prometheus.MustRegister does: each node has its own registry.
+func New(reg prometheus.Registerer) *Metrics {
 	f := func(c prometheus.Collector) prometheus.Collector { reg.MustRegister(c); return c }
-	m := &metrics{
+	m := &Metrics{
 		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_requests_total",
 			Help: "Chat completion requests answered, by model, provider that answered (empty if none) and HTTP status.",
@@ -129,18 +140,99 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+var _ route.Observer = (*Metrics)(nil)
+
 // Attempt implements route.Observer.
-func (m *metrics) Attempt(provider string, o route.Outcome, d time.Duration) {
+func (m *Metrics) Attempt(provider string, o route.Outcome, d time.Duration) {
 	m.attempts.WithLabelValues(provider, string(o)).Inc()
 	m.attemptTime.WithLabelValues(provider).Observe(d.Seconds())
 }
 
-// refused counts err when it refused a client's request for its
+// Refused counts err when it refused a client's request for its
 // residency. Only the node that answers the client counts it: a far
 // node's refusal of a forward is the origin's to count, once, if no other
 // target serves the request.
-func (m *metrics) refused(err error) {
+func (m *Metrics) Refused(err error) {
 	if errors.Is(err, route.ErrNoCompliantProvider) {
 		m.refusals.WithLabelValues("no_compliant_provider").Inc()
+	}
+}
+
+// RefusedHeader counts a client's request refused because its
+// X-LLMesh-Residency header would widen the tenant's residency.
+func (m *Metrics) RefusedHeader() { m.refusals.WithLabelValues("header").Inc() }
+
+// Ejected counts the outlier detector's ejection of provider.
+func (m *Metrics) Ejected(provider string) { m.ejections.WithLabelValues(provider).Inc() }
+
+// RaftApplied observes the time a ledger command took to commit and
+// apply on this voter while it leads.
+func (m *Metrics) RaftApplied(d time.Duration) { m.raftApply.Observe(d.Seconds()) }
+
+// HandedOff counts what became of a request that reached the node while
+// it drained: ok, refused, next or self (llmesh_handoffs_total's help
+// says what each means).
+func (m *Metrics) HandedOff(outcome string) { m.handoffs.WithLabelValues(outcome).Inc() }
+
+// Probed counts an active health probe of provider, its outcome, and
+// what it cost.
+func (m *Metrics) Probed(provider, outcome string, res *route.Result) {
+	m.probes.WithLabelValues(provider, outcome).Inc()
+	m.probeCost.WithLabelValues(provider).Add(res.Cost)
+	m.probeTokens.WithLabelValues(provider).Add(float64(res.Usage.PromptTokens + res.Usage.CompletionTokens))
+}
+
+// InFlight is the gauge of requests being served: the node raises it
+// when a request arrives and lowers it when the request is answered.
+func (m *Metrics) InFlight() prometheus.Gauge { return m.inFlight }
+
+// ForwardsReceived counts the requests peers forwarded here.
+func (m *Metrics) ForwardsReceived() prometheus.Counter { return m.forwardsIn }
+
+// ForwardsSent counts the requests this node forwarded to a peer.
+func (m *Metrics) ForwardsSent() prometheus.Counter { return m.forwardsOut }
+
+// Request is one finished request, as the node answered it.
+type Request struct {
+	// Tenant, Model and Provider label the request ("unknown" for a
+	// model the catalog does not know; Provider "" if none answered).
+	Tenant, Model, Provider string
+	Status                  int
+	Stream                  bool
+	// Took is from the request's arrival to its last byte.
+	Took time.Duration
+	// Result is nil when the request never got a plan.
+	Result *route.Result
+}
+
+// Answered counts one finished request. Tokens and cost count on the
+// node that called the provider (a Result whose target was reached
+// through a peer counts neither), so a forwarded request is not counted
+// twice.
+func (m *Metrics) Answered(r Request) {
+	m.requests.WithLabelValues(r.Model, r.Provider, strconv.Itoa(r.Status)).Inc()
+	m.duration.WithLabelValues(r.Model, strconv.FormatBool(r.Stream)).Observe(r.Took.Seconds())
+	res := r.Result
+	if res == nil {
+		return
+	}
+	m.admissionWait.Observe(res.AdmissionWait.Seconds())
+	if res.Target == nil {
+		return
+	}
+	if res.Target.Via == "" {
+		u := res.Usage
+		m.tokens.WithLabelValues(r.Model, r.Provider, "prompt").Add(float64(u.PromptTokens))
+		m.tokens.WithLabelValues(r.Model, r.Provider, "completion").Add(float64(u.CompletionTokens))
+		m.cost.WithLabelValues(r.Tenant, r.Model, r.Provider).Add(res.Cost)
+	}
+	if r.Stream {
+		m.ttft.WithLabelValues(r.Model, r.Provider).Observe(res.TTFT.Seconds())
+	}
+	if res.Truncated {
+		m.truncated.WithLabelValues(r.Provider).Inc()
+	}
+	if res.UsageCounted {
+		m.countedTokens.WithLabelValues(r.Provider).Inc()
 	}
 }
