@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/node/ui"
 	"github.com/llmesh/llmesh/node/views"
 
@@ -35,7 +36,7 @@ var (
 func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if want := n.s.AdminToken.Reveal(); want != "" {
-			got := bearer(r.Header.Get("Authorization"))
+			got := tenant.Bearer(r.Header.Get("Authorization"))
 			// The dashboard's session cookie reads the mesh's state; only
 			// the token steers, or profiles.
 			read := (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, "/v1/mesh/")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -91,7 +92,7 @@ func (n *Node) buildLedger(catalog *route.Catalog, opts Options) (route.QuotaGat
 	l, err := newLedger(s, catalog, opts.LedgerTuning, ledgerDeps{
 		log: n.log, now: n.now, catalog: n.catalog, mesh: n.mesh, rpcAddr: n.rpcAddr,
 		observeApply: n.metrics.RaftApplied,
-		setTenants:   func(ts []consensus.Tenant) { n.tenants.Store(newTenantKeys(s.Tenants, ts)) },
+		setTenants:   func(ts []consensus.Tenant) { n.tenants.Store(tenant.NewKeys(s.Tenants, ts)) },
 	})
 	if err != nil {
 		return nil, nil, err

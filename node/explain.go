@@ -12,7 +12,7 @@ import (
 // tenant; the admin token (or, without one, a loopback caller) may name
 // any tenant with X-LLMesh-Tenant, or none for an unrestricted request.
 func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
-	t, ok := n.tenants.Load().authenticate(r)
+	t, ok := n.tenants.Load().Authenticate(r)
 	if !ok {
 		allowed := false
 		n.admin(func(http.ResponseWriter, *http.Request) { allowed = true })(w, r)
@@ -20,7 +20,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 			return // admin wrote the refusal
 		}
 		if name := r.Header.Get("X-Llmesh-Tenant"); name != "" {
-			if t, ok = n.tenants.Load().named(name); !ok {
+			if t, ok = n.tenants.Load().Named(name); !ok {
 				n.writeError(w, fmt.Errorf("%w: %q", errNoSuchTenant, name))
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/tenant"
 	pb "github.com/llmesh/llmesh/proto"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -45,7 +46,7 @@ const hopSlack = 5 * time.Second
 type meshService struct {
 	pb.UnimplementedMeshServer
 	name    string
-	tenants func() *tenantKeys
+	tenants func() *tenant.Keys
 	serve   func(context.Context, *inbound, answerSink) answer
 	now     func() time.Time
 	// received counts the forwards that reached this node.
@@ -58,7 +59,7 @@ func (s *meshService) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServe
 	s.received.Inc()
 	ctx := stream.Context()
 	sink := &streamSink{stream: stream, header: http.Header{}}
-	t, ok := s.tenants().named(in.Tenant)
+	t, ok := s.tenants().Named(in.Tenant)
 	req := &inbound{origin: fromPeer, tenant: t, claimed: in.Tenant, body: in.Body, session: in.Session,
 		residency: in.Residency, strict: in.StrictTransit, sender: in.Origin, hint: in.Provider, spill: in.Spill,
 		traceparent: incomingMetadata(ctx, "traceparent"), tracestate: incomingMetadata(ctx, "tracestate"),

@@ -91,7 +91,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 // models lists the models this tenant may use: those with at least one
 // provider its residency allows.
 func (n *Node) models(w http.ResponseWriter, r *http.Request) {
-	t, ok := n.tenants.Load().authenticate(r)
+	t, ok := n.tenants.Load().Authenticate(r)
 	if !ok {
 		n.writeError(w, errUnauthorized)
 		return
@@ -135,7 +135,7 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 // holds a place.
 func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
 	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
-	t, ok := n.tenants.Load().authenticate(r)
+	t, ok := n.tenants.Load().Authenticate(r)
 	in := &inbound{origin: fromClient, tenant: t, id: requestID(r), start: n.now(),
 		read:    func() ([]byte, error) { return n.readBody(w, sink.rc, r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),

@@ -19,6 +19,7 @@ import (
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/probe"
+	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
 )
@@ -76,7 +77,7 @@ type Node struct {
 	quota    route.QuotaGate
 	// tenants are the keys and tenants requests authenticate against:
 	// the file's, and the ledger's once read (refreshTenants).
-	tenants atomic.Pointer[tenantKeys]
+	tenants atomic.Pointer[tenant.Keys]
 
 	mesh     *gossip.Mesh // nil when the node does not gossip
 	grpc     *grpc.Server // nil without node.rpc
@@ -139,7 +140,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
-	n.tenants.Store(newTenantKeys(s.Tenants, nil))
+	n.tenants.Store(tenant.NewKeys(s.Tenants, nil))
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
 	}

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -42,7 +43,7 @@ type inbound struct {
 	// tenant is the authentication's result. When it failed, tenant is
 	// nil and authErr is what the request is refused with; both nil is an
 	// unrestricted explain (the admin's, naming no tenant).
-	tenant  *Tenant
+	tenant  *tenant.Tenant
 	authErr error
 	// claimed is the tenant the decision records when authentication
 	// failed: the name a peer sent, or "" for a client.
@@ -202,7 +203,7 @@ func (n *Node) memberIn(name string, j region.Jurisdiction) bool {
 // policyOf returns where a tenant's data may go: the ledger's view once
 // read (its residency when it sets one; strict transit if either says so),
 // else the configuration's.
-func (n *Node) policyOf(t *Tenant) (region.Residency, bool) {
+func (n *Node) policyOf(t *tenant.Tenant) (region.Residency, bool) {
 	res, strict := t.Residency, t.StrictTransit
 	if n.ledger != nil {
 		if p, ok := n.ledger.policy(t.Name); ok {

@@ -1,0 +1,99 @@
+package tenant
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/region"
+)
+
+func sum(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
+
+func hexSum(key string) string { s := sum(key); return hex.EncodeToString(s[:]) }
+
+// A key is carried as "Authorization: Bearer KEY" (the scheme in any
+// case, the key trimmed) or as "api-key: KEY"; the Bearer header wins
+// when both are sent, and nothing else authenticates.
+func TestAuthenticateReadsBearerOrApiKey(t *testing.T) {
+	k := NewKeys([]config.Tenant{{Name: "a", Keys: [][sha256.Size]byte{sum("sk-a")}}, {Name: "b", Keys: [][sha256.Size]byte{sum("sk-b")}}}, nil)
+	for _, c := range []struct {
+		hdr  []string
+		want string // "" for refused
+	}{
+		{[]string{"Authorization", "Bearer sk-a"}, "a"},
+		{[]string{"Authorization", "bearer sk-a"}, "a"},
+		{[]string{"Authorization", "BEARER   sk-a  "}, "a"},
+		{[]string{"Api-Key", "sk-b"}, "b"},
+		{[]string{"api-key", "sk-b"}, "b"},
+		{[]string{"Authorization", "Bearer sk-a", "Api-Key", "sk-b"}, "a"},
+		{[]string{"Authorization", "Basic sk-a", "Api-Key", "sk-b"}, "b"},
+		{[]string{"Authorization", "Basic sk-a"}, ""},
+		{[]string{"Authorization", "sk-a"}, ""},
+		{[]string{"Authorization", "Bearer "}, ""},
+		{[]string{"Authorization", "Bearer sk-c"}, ""},
+		{[]string{"Api-Key", "sk-a "}, ""},
+		{[]string{"X-Api-Key", "sk-a"}, ""},
+		{nil, ""},
+	} {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+		for i := 0; i+1 < len(c.hdr); i += 2 {
+			r.Header.Set(c.hdr[i], c.hdr[i+1])
+		}
+		got, ok := k.Authenticate(r)
+		if ok != (c.want != "") || (ok && got.Name != c.want) {
+			t.Errorf("%q: %v %v, want %q", c.hdr, got, ok, c.want)
+		}
+	}
+}
+
+// The file's and the ledger's keys both authenticate unless the ledger
+// revoked them (one by one, or all the file's for a tenant); a tenant
+// only the ledger knows takes its residency from it; a key listed for
+// two tenants is the file's first; a malformed hash is ignored.
+func TestNewKeysMergesTheFileAndTheLedger(t *testing.T) {
+	eu := region.Residency{Jurisdiction: "eu"}
+	file := []config.Tenant{
+		{Name: "a", Residency: eu, StrictTransit: true, Priority: 1, Keys: [][sha256.Size]byte{sum("sk-a1"), sum("sk-a2"), sum("sk-shared")}},
+		{Name: "b", Keys: [][sha256.Size]byte{sum("sk-b"), sum("sk-shared")}},
+		{Name: "c", Keys: [][sha256.Size]byte{sum("sk-c")}},
+	}
+	ledger := []consensus.Tenant{
+		{Name: "a", KeySHA256: []string{hexSum("sk-a3"), "not-hex", hexSum("sk-a4")[:10]}, Revoked: []string{hexSum("sk-a2"), strings.ToUpper(hexSum("sk-a3"))}},
+		{Name: "c", FileKeysRevoked: true, KeySHA256: []string{hexSum("sk-c2")}},
+		{Name: "new", Residency: "us", StrictTransit: true, KeySHA256: []string{hexSum("sk-new")}},
+	}
+	k := NewKeys(file, ledger)
+	for key, want := range map[string]string{
+		"sk-a1": "a", "sk-a2": "", "sk-a3": "", "sk-a4": "", "sk-shared": "a", "sk-b": "b",
+		"sk-c": "", "sk-c2": "c", "sk-new": "new",
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		got, ok := k.Authenticate(r)
+		if ok != (want != "") || (ok && got.Name != want) {
+			t.Errorf("%s: %v %v, want %q", key, got, ok, want)
+		}
+	}
+	if a, ok := k.Named("a"); !ok || a.Residency != eu || !a.StrictTransit || a.Priority != 1 {
+		t.Errorf("a: %+v %v", a, ok)
+	}
+	if n, ok := k.Named("new"); !ok || n.Residency.Jurisdiction != "us" || !n.StrictTransit {
+		t.Errorf("new: %+v %v", n, ok)
+	}
+	if _, ok := k.Named("nobody"); ok {
+		t.Error("an unknown tenant is named")
+	}
+	// The same inputs index the same owners every time.
+	for range 20 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Api-Key", "sk-shared")
+		if got, _ := NewKeys(file, ledger).Authenticate(r); got == nil || got.Name != "a" {
+			t.Fatalf("sk-shared: %+v", got)
+		}
+	}
+}
