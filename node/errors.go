@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -28,7 +29,7 @@ type apiError struct {
 }
 
 // statusClientClosed is recorded (never sent) when the client went away.
-const statusClientClosed = 499
+const statusClientClosed = decisions.StatusClientClosed
 
 // classify maps an error of the request path to its HTTP status and
 // OpenAI error, the one place where that mapping is made. The message is

@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/probe"
 	"github.com/llmesh/llmesh/node/tenant"
@@ -90,7 +91,7 @@ type Node struct {
 	// rateWaiting are those waiting now for a rate share.
 	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *probe.Prober
-	decided    decisions       // the last routing decisions, for the dashboard
+	decided    decisions.Ring  // the last routing decisions, for the dashboard
 	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
 	audit      *audit.Log      // nil when audit.disabled
 	perTenant  sync.Map        // tenant name → *atomic.Int64: its requests in flight here

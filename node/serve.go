@@ -8,9 +8,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"time"
 
+	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
@@ -115,19 +115,19 @@ func (n *Node) execute(ctx context.Context, in *inbound, req *route.Request, rt 
 }
 
 // decisionOf is the decision record of a request that ended as a did.
-func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer) decision {
-	e := decision{at: in.start, id: in.id, tenant: in.claimed, model: "unknown", origin: in.sender,
-		status: a.status, res: a.res, err: a.err}
+func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer) decisions.Decision {
+	e := decisions.Decision{At: in.start, ID: in.id, Tenant: in.claimed, Model: "unknown", Origin: in.sender,
+		Status: a.status, Result: a.res, Err: a.err}
 	if in.tenant != nil {
-		e.tenant = in.tenant.Name
+		e.Tenant = in.tenant.Name
 	}
 	if a.res != nil && a.res.Target != nil {
-		e.provider = a.res.Provider
+		e.Provider = a.res.Provider
 	}
 	if req != nil {
-		e.stream, e.residency, e.strict = req.Chat.Stream, req.Residency, req.StrictTransit
+		e.Stream, e.Residency, e.Strict = req.Chat.Stream, req.Residency, req.StrictTransit
 		if rt.catalog.Serves(req.Chat.Model) {
-			e.model = req.Chat.Model
+			e.Model = req.Chat.Model
 		}
 	}
 	return e
@@ -165,21 +165,21 @@ func (n *Node) admitAgain(ctx context.Context, req *route.Request, err error) (t
 }
 
 // account records one finished request in metrics, the log, the recent
-// decisions and its span (sp, nil when not traced). e.err is the error
-// the client was answered with, if any; e.origin the node that forwarded
+// decisions and its span (sp, nil when not traced). e.Err is the error
+// the client was answered with, if any; e.Origin the node that forwarded
 // the request here, "" when a client called this node. Tokens and cost
 // count on the node that called the provider, so a forwarded request is
 // not counted twice.
-func (n *Node) account(e decision, sp *tracing.Span) {
-	e.took = n.now().Sub(e.at)
-	n.decided.record(e)
+func (n *Node) account(e decisions.Decision, sp *tracing.Span) {
+	e.Took = n.now().Sub(e.At)
+	n.decided.Record(e)
 	n.auditDecision(&e)
-	res, model, provider := e.res, e.model, e.provider
-	n.metrics.Answered(metrics.Request{Tenant: e.tenant, Model: model, Provider: provider, Status: e.status, Stream: e.stream, Took: e.took, Result: res})
-	attrs := []any{"request_id", e.id, "tenant", e.tenant, "model", model, "status", e.status, "outcome", outcome(e.status, res),
-		"stream", e.stream, "ms", e.took.Milliseconds()}
-	if e.origin != "" {
-		attrs = append(attrs, "forwarded_by", e.origin)
+	res, model, provider := e.Result, e.Model, e.Provider
+	n.metrics.Answered(metrics.Request{Tenant: e.Tenant, Model: model, Provider: provider, Status: e.Status, Stream: e.Stream, Took: e.Took, Result: res})
+	attrs := []any{"request_id", e.ID, "tenant", e.Tenant, "model", model, "status", e.Status, "outcome", e.Outcome(),
+		"stream", e.Stream, "ms", e.Took.Milliseconds()}
+	if e.Origin != "" {
+		attrs = append(attrs, "forwarded_by", e.Origin)
 	}
 	via := n.s.Name
 	if res != nil {
@@ -210,21 +210,4 @@ func (n *Node) account(e decision, sp *tracing.Span) {
 			}
 		}
 	}
-}
-
-// outcome sums a finished request up for its log line: ok, truncated
-// (a stream cut after its first byte), client_closed, refused (a
-// budget, rate or residency refusal, or a bad request), or error.
-func outcome(status int, res *route.Result) string {
-	switch {
-	case status == statusClientClosed:
-		return "client_closed"
-	case status >= 200 && status < 300 && res != nil && res.Truncated:
-		return "truncated"
-	case status >= 200 && status < 300:
-		return "ok"
-	case status >= 400 && status < 500, status == http.StatusServiceUnavailable:
-		return "refused"
-	}
-	return "error"
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/node/tracing"
 )
 
@@ -21,21 +22,21 @@ func (n *Node) newTracer(c *config.Tracing) (*tracing.Tracer, error) {
 
 // endSpan finishes a request's span (nil when not traced) with what
 // account knows of it.
-func (n *Node) endSpan(sp *tracing.Span, e *decision, via string) {
+func (n *Node) endSpan(sp *tracing.Span, e *decisions.Decision, via string) {
 	if sp == nil {
 		return
 	}
-	f := tracing.Finish{Name: "chat " + e.model, End: e.at.Add(e.took), Attrs: []tracing.Attr{
-		tracing.String("gen_ai.operation.name", "chat"), tracing.String("gen_ai.request.model", e.model),
-		tracing.String("llmesh.request_id", e.id), tracing.String("llmesh.tenant", e.tenant),
-		tracing.String("llmesh.outcome", outcome(e.status, e.res)),
-		tracing.Int("http.response.status_code", int64(e.status)), tracing.Bool("llmesh.stream", e.stream),
+	f := tracing.Finish{Name: "chat " + e.Model, End: e.At.Add(e.Took), Attrs: []tracing.Attr{
+		tracing.String("gen_ai.operation.name", "chat"), tracing.String("gen_ai.request.model", e.Model),
+		tracing.String("llmesh.request_id", e.ID), tracing.String("llmesh.tenant", e.Tenant),
+		tracing.String("llmesh.outcome", e.Outcome()),
+		tracing.Int("http.response.status_code", int64(e.Status)), tracing.Bool("llmesh.stream", e.Stream),
 	}}
-	if e.origin != "" {
-		f.Attrs = append(f.Attrs, tracing.String("llmesh.forwarded_by", e.origin))
+	if e.Origin != "" {
+		f.Attrs = append(f.Attrs, tracing.String("llmesh.forwarded_by", e.Origin))
 	}
-	if r := e.res; r != nil && r.Target != nil {
-		f.Attrs = append(f.Attrs, tracing.String("llmesh.provider", e.provider), tracing.String("llmesh.via", via),
+	if r := e.Result; r != nil && r.Target != nil {
+		f.Attrs = append(f.Attrs, tracing.String("llmesh.provider", e.Provider), tracing.String("llmesh.via", via),
 			tracing.Int("gen_ai.usage.input_tokens", int64(r.Usage.PromptTokens)),
 			tracing.Int("gen_ai.usage.output_tokens", int64(r.Usage.CompletionTokens)),
 			tracing.Float("llmesh.cost_usd", r.Cost), tracing.Int("llmesh.attempts", int64(len(r.Attempts))))
@@ -49,11 +50,11 @@ func (n *Node) endSpan(sp *tracing.Span, e *decision, via string) {
 		}
 	}
 	switch {
-	case e.err != nil:
-		_, ae := classify(e.err)
+	case e.Err != nil:
+		_, ae := classify(e.Err)
 		f.Error = ae.Code
-	case e.status >= 500 || (e.res != nil && e.res.Truncated):
-		f.Error = outcome(e.status, e.res)
+	case e.Status >= 500 || (e.Result != nil && e.Result.Truncated):
+		f.Error = e.Outcome()
 	}
 	n.tracer.End(sp, f)
 }
