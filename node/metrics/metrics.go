@@ -46,8 +46,10 @@ type Metrics struct {
 	refusals      *prometheus.CounterVec
 }
 
-// latencyBuckets span a cached answer (5 ms) to a long generation (5 min).
-var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+// latencyBuckets returns buckets spanning a cached answer (5 ms) to a long generation (5 min).
+func latencyBuckets() []float64 {
+	return []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+}
 
 // New creates a node's collectors and registers them on reg, with the Go
 // runtime and process collectors. It panics if reg already holds any of
@@ -60,11 +62,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Chat completion requests answered, by model, provider that answered (empty if none) and HTTP status.",
 		}, []string{"model", "provider", "code"})).(*prometheus.CounterVec),
 		duration: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "llmesh_request_duration_seconds", Buckets: latencyBuckets,
+			Name: "llmesh_request_duration_seconds", Buckets: latencyBuckets(),
 			Help: "Time from a request's arrival to its last byte, by model and whether it streamed.",
 		}, []string{"model", "stream"})).(*prometheus.HistogramVec),
 		ttft: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "llmesh_time_to_first_token_seconds", Buckets: latencyBuckets,
+			Name: "llmesh_time_to_first_token_seconds", Buckets: latencyBuckets(),
 			Help: "Time from a streamed request's arrival to its first event, by model and provider.",
 		}, []string{"model", "provider"})).(*prometheus.HistogramVec),
 		tokens: f(prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -100,7 +102,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Calls to providers, by provider and outcome (ok, rate_limited, http_error, connect_error, timeout, bad_response, broken_stream, refused, canceled, and blocked: a target the residency guard refused, which should never happen).",
 		}, []string{"provider", "outcome"})).(*prometheus.CounterVec),
 		attemptTime: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "llmesh_upstream_attempt_duration_seconds", Buckets: latencyBuckets,
+			Name: "llmesh_upstream_attempt_duration_seconds", Buckets: latencyBuckets(),
 			Help: "Duration of calls to providers, by provider.",
 		}, []string{"provider"})).(*prometheus.HistogramVec),
 		ejections: f(prometheus.NewCounterVec(prometheus.CounterOpts{
