@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/forward"
 	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/route"
 )
@@ -121,7 +122,7 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 	if n.mesh != nil {
 		// Other regions' region-reach providers are served through a
 		// node of their region.
-		view := &meshView{mesh: n.mesh}
+		view := forward.NewView(n.mesh)
 		planner.Mesh, planner.Spares = view, view
 		n.forward = newForwarder(n, view)
 		fwd = n.forward

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/node/forward"
 	pb "github.com/llmesh/llmesh/proto"
 	"github.com/llmesh/llmesh/route"
 )
@@ -102,7 +103,7 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 			StrictTransit: req.StrictTransit, Session: req.Session, Body: body, Handoff: true,
 		}
 		note := fmt.Sprintf("handed off: %s drains", n.s.Name)
-		fw := n.forward.hop(ctx, hop{addr: peer.Meta.RPC, peer: peer.Name, in: in, req: req, note: note}, sink)
+		fw := n.forward.Hop(ctx, forward.Hop{Addr: peer.Meta.RPC, Peer: peer.Name, In: in, Req: req, Note: note}, sink)
 		res := &route.Result{Target: &route.Target{Via: peer.Name}, Provider: fw.Provider,
 			Usage: fw.Usage, Cost: fw.Cost, TTFT: fw.TTFT, Truncated: fw.Truncated, ClientGone: fw.ClientGone}
 		switch {
@@ -147,16 +148,16 @@ type peerInfo struct {
 // draining, taking forwards, and (with strict transit) in the request's
 // jurisdiction; nearest first, then least loaded.
 func (n *Node) handoffPeers(req *route.Request) []peerInfo {
-	snap := n.forward.view.snapshot()
 	var out []peerInfo
-	for _, m := range snap.byName {
+	for _, p := range n.forward.View().Peers() {
+		m := p.Member
 		if m.Self || m.State != "alive" || m.Meta.RPC == "" {
 			continue
 		}
 		if req.StrictTransit && req.Residency.Restricted() && m.Meta.Jurisdiction != string(req.Residency.Jurisdiction) {
 			continue
 		}
-		out = append(out, peerInfo{Name: m.Name, Meta: m.Meta, RTT: m.RTT, RTTKnown: m.RTTKnown, Load: snap.load[m.Name]})
+		out = append(out, peerInfo{Name: m.Name, Meta: m.Meta, RTT: m.RTT, RTTKnown: m.RTTKnown, Load: p.Load})
 	}
 	slices.SortFunc(out, func(a, b peerInfo) int {
 		if a.RTTKnown != b.RTTKnown {

@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/decisions"
+	"github.com/llmesh/llmesh/node/forward"
 	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/probe"
 	"github.com/llmesh/llmesh/node/tenant"
@@ -83,7 +84,7 @@ type Node struct {
 	mesh     *gossip.Mesh // nil when the node does not gossip
 	grpc     *grpc.Server // nil without node.rpc
 	rpcLn    net.Listener
-	forward  *forwarder
+	forward  *forward.Forwarder
 	ledger   *ledger // nil when the node has no part in the ledger
 	inFlight atomic.Int64
 	// admitted counts the requests that waited for admission, and how
@@ -349,7 +350,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		}
 		n.exec.Close()
 		if n.forward != nil {
-			n.forward.close()
+			n.forward.Close()
 		}
 		_ = n.tracer.Shutdown(context.Background()) // every request has ended: send their spans
 		n.audit.Close()                             // and write their audit lines
@@ -384,7 +385,7 @@ func (n *Node) Kill() {
 		n.loops.Wait()
 		n.exec.Close()
 		if n.forward != nil {
-			n.forward.close()
+			n.forward.Close()
 		}
 		_ = n.tracer.Shutdown(context.Background())
 		n.audit.Close()

@@ -5,7 +5,7 @@ package node
 // turned into one inbound value and admitted by admit, so that every entry
 // refuses the same request for the same reason with the same answer.
 // serve (serve.go) runs an admitted request to its end; the transports
-// (chat, meshService.Forward, explain) only read their own framing and
+// (chat, serveForward, explain) only read their own framing and
 // write their own error shape.
 
 import (
@@ -192,7 +192,7 @@ func (n *Node) memberIn(name string, j region.Jurisdiction) bool {
 	if n.forward == nil {
 		return false
 	}
-	m, ok := n.forward.view.member(name)
+	m, ok := n.forward.View().Member(name)
 	if !ok {
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/forward"
 	pb "github.com/llmesh/llmesh/proto"
 )
 
@@ -56,8 +57,7 @@ func (n *Node) listenRPC(ctx context.Context) error {
 	if n.ledger != nil {
 		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.client))
 	}
-	pb.RegisterMeshServer(n.grpc, &meshService{name: n.s.Name, tenants: n.tenants.Load, serve: n.serve, now: n.now,
-		received: n.metrics.ForwardsReceived()})
+	pb.RegisterMeshServer(n.grpc, forward.NewService(n.serveForward, n.metrics.ForwardsReceived()))
 	go func() { _ = n.grpc.Serve(ln) }()
 	return nil
 }

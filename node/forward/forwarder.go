@@ -1,4 +1,15 @@
-package node
+// Package forward is the forwarding hop between nodes: the sending side
+// (Forwarder, route.Forwarder over gRPC to a via node, with one
+// connection per peer), the receiving side (Service, the Mesh service's
+// transport, which hands each forward to a ServeFunc) and the gossip
+// view both read (View, route.MeshView and route.SpareView).
+//
+// It owns the framing only: a head with the answer's status and headers,
+// the data as it flows, a trailer with what was served or the refusal's
+// error code. Admission — the tenant, the limits, the residency narrowed
+// at every hop — is the ServeFunc's (node's pipeline); this package must
+// not repeat it. It imports route, gossip, region and proto, never node.
+package forward
 
 import (
 	"context"
@@ -17,43 +28,66 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/llmesh/llmesh/consensus"
 	pb "github.com/llmesh/llmesh/proto"
 	"github.com/llmesh/llmesh/route"
 )
 
-// forwarder is the sending side: route.Forwarder over gRPC to the via
-// node, with one connection per peer.
-type forwarder struct {
-	name    string // this node's, the forwards' origin
-	view    *meshView
-	auth    consensus.PeerAuth
-	maxSend int                  // bytes of one message: a body as large as the HTTP side admits
-	exec    route.ExecutorConfig // the far node's timeouts are taken to be this node's
-	sent    prometheus.Counter   // forwards sent
+// hopSlack is what a forward adds to the far node's own timeouts before
+// the origin gives up on it: the hop's round trip and the far node's
+// planning.
+const hopSlack = 5 * time.Second
+
+// maxConns is how many peer connections the forwarder keeps before it
+// drops those of peers gossip no longer knows.
+const maxConns = 64
+
+// Config is what the sending side works with.
+type Config struct {
+	// Name is this node's, the forwards' origin.
+	Name string
+	// Dial authenticates a connection to a peer: transport credentials
+	// and the mesh's token (consensus.PeerAuth.DialOptions).
+	Dial []grpc.DialOption
+	// Keepalive finds a peer that vanished without closing its
+	// connections.
+	Keepalive keepalive.ClientParameters
+	// MaxSend bounds one message sent, in bytes: a body as large as the
+	// HTTP side admits.
+	MaxSend int
+	// Executor is this node's executor configuration: the far node's
+	// timeouts are taken to be the same.
+	Executor route.ExecutorConfig
+	// Sent counts the forwards sent.
+	Sent prometheus.Counter
+}
+
+// Forwarder is the sending side: route.Forwarder over gRPC to the via
+// node, with one connection per peer. Close ends the connections.
+type Forwarder struct {
+	cfg  Config
+	view *View
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // by RPC address
 }
 
-var _ route.Forwarder = (*forwarder)(nil)
+var _ route.Forwarder = (*Forwarder)(nil)
 
-func newForwarder(n *Node, view *meshView) *forwarder {
-	auth := consensus.PeerAuth{Token: n.s.RPCToken}
-	if n.s.TLS != nil {
-		auth.TLS = n.s.TLS.Client
-	}
-	return &forwarder{name: n.s.Name, view: view, auth: auth, maxSend: int(n.s.MaxBodyBytes) + 64<<10,
-		exec: n.s.Executor, sent: n.metrics.ForwardsSent(), conns: map[string]*grpc.ClientConn{}}
+// New returns a forwarder to the peers view knows. It dials nobody yet.
+func New(cfg Config, view *View) *Forwarder {
+	return &Forwarder{cfg: cfg, view: view, conns: map[string]*grpc.ClientConn{}}
 }
 
-func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
+// View is the gossip view the forwarder checks its via nodes against.
+func (f *Forwarder) View() *View { return f.view }
+
+func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cc := f.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	if len(f.conns) >= 64 { // peers come and go: drop those no longer known
+	if len(f.conns) >= maxConns { // peers come and go: drop those no longer known
 		known := map[string]bool{}
 		for _, m := range f.view.mesh.Members() {
 			known[m.Meta.RPC] = true
@@ -65,9 +99,8 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 			}
 		}
 	}
-	opts := append(f.auth.DialOptions(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
-		Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout, PermitWithoutStream: true,
-	}), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(f.maxSend)))
+	opts := append(append([]grpc.DialOption(nil), f.cfg.Dial...), grpc.WithKeepaliveParams(f.cfg.Keepalive),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(f.cfg.MaxSend)))
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
@@ -76,7 +109,8 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-func (f *forwarder) close() {
+// Close closes every peer connection. Forwards after it dial again.
+func (f *Forwarder) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for a, cc := range f.conns {
@@ -88,8 +122,8 @@ func (f *forwarder) close() {
 // Forward implements route.Forwarder. The via node must still be an
 // alive, non-draining member of the region the plan named: gossip may
 // have learned otherwise since.
-func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Target, routeNote string, sink route.ResponseSink) route.Forwarded {
-	mem, ok := f.view.member(t.Via)
+func (f *Forwarder) Forward(ctx context.Context, req *route.Request, t *route.Target, routeNote string, sink route.ResponseSink) route.Forwarded {
+	mem, ok := f.view.Member(t.Via)
 	switch {
 	case !ok || mem.State != "alive":
 		return route.Forwarded{Gone: true, Err: fmt.Errorf("node %s is not alive", t.Via)}
@@ -98,25 +132,25 @@ func (f *forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	case mem.Meta.RPC == "":
 		return route.Forwarded{Err: fmt.Errorf("node %s takes no forwards (no node.rpc)", t.Via)}
 	}
-	return f.hop(ctx, hop{addr: mem.Meta.RPC, peer: t.Via, req: req, note: routeNote, in: &pb.ForwardRequest{
-		Origin: f.name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
+	return f.Hop(ctx, Hop{Addr: mem.Meta.RPC, Peer: t.Via, Req: req, Note: routeNote, In: &pb.ForwardRequest{
+		Origin: f.cfg.Name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
 		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
 		Spill: t.Spill,
 	}}, sink)
 }
 
-// hop is one call of a peer's Mesh.Forward: in, sent to peer at addr for
-// req, whose answer's X-LLMesh-Route is prefixed with note.
-type hop struct {
-	addr, peer string
-	in         *pb.ForwardRequest
-	req        *route.Request
-	note       string
+// Hop is one call of a peer's Mesh.Forward: In, sent to Peer at Addr for
+// Req, whose answer's X-LLMesh-Route is prefixed with Note.
+type Hop struct {
+	Addr, Peer string
+	In         *pb.ForwardRequest
+	Req        *route.Request
+	Note       string
 }
 
 // hopCall is a hop under way.
 type hopCall struct {
-	hop
+	Hop
 	stream   bool // the client asked for a stream
 	timer    *time.Timer
 	timedOut atomic.Bool
@@ -130,29 +164,31 @@ func (c *hopCall) fail(err error) route.Forwarded {
 	return route.Forwarded{Err: err, Timeout: c.timedOut.Load()}
 }
 
-// hop calls h's peer and relays the answer to sink: the head's headers
-// (X-LLMesh-Route prefixed with h.note), then the data as it arrives.
+// Hop calls h's peer and relays the answer to sink: the head's headers
+// (X-LLMesh-Route prefixed with h.Note), then the data as it arrives.
 // Before the head it gives up after the phase's timeout plus hopSlack;
 // after it, after the idle timeout plus hopSlack. The request's
 // traceparent and tracestate, if any, go to the peer as gRPC metadata.
-func (f *forwarder) hop(ctx context.Context, h hop, sink route.ResponseSink) route.Forwarded {
-	cc, err := f.conn(h.addr)
+// A refusal the peer answered with before any answer is returned in
+// Status, Header, Body and Code, and nothing is written to sink.
+func (f *Forwarder) Hop(ctx context.Context, h Hop, sink route.ResponseSink) route.Forwarded {
+	cc, err := f.conn(h.Addr)
 	if err != nil {
 		return route.Forwarded{Err: err}
 	}
-	f.sent.Inc()
+	f.cfg.Sent.Inc()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the call, and the far node's upstream call with it
-	c := &hopCall{hop: h, stream: h.req.Chat.Stream}
+	c := &hopCall{Hop: h, stream: h.Req.Chat.Stream}
 	c.timer = time.AfterFunc(f.headWait(c)+hopSlack, func() { c.timedOut.Store(true); cancel() })
 	defer c.timer.Stop()
-	if tp := h.req.TraceParent; tp != "" {
+	if tp := h.Req.TraceParent; tp != "" {
 		cctx = metadata.AppendToOutgoingContext(cctx, "traceparent", tp)
-		if ts := h.req.TraceState; ts != "" {
+		if ts := h.Req.TraceState; ts != "" {
 			cctx = metadata.AppendToOutgoingContext(cctx, "tracestate", ts)
 		}
 	}
-	st, err := pb.NewMeshClient(cc).Forward(cctx, h.in)
+	st, err := pb.NewMeshClient(cc).Forward(cctx, h.In)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -162,7 +198,7 @@ func (f *forwarder) hop(ctx context.Context, h hop, sink route.ResponseSink) rou
 	}
 	head := msg.GetHead()
 	if head == nil {
-		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", h.peer)}
+		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", h.Peer)}
 	}
 	if head.Status != http.StatusOK {
 		return refusal(st, head)
@@ -173,7 +209,7 @@ func (f *forwarder) hop(ctx context.Context, h hop, sink route.ResponseSink) rou
 			hdr[k] = []string{v}
 		}
 	}
-	hdr["X-Llmesh-Route"] = []string{h.note + "; at " + h.peer + ": " + head.Headers["X-Llmesh-Route"]}
+	hdr["X-Llmesh-Route"] = []string{h.Note + "; at " + h.Peer + ": " + head.Headers["X-Llmesh-Route"]}
 	sink.WriteHeader(http.StatusOK)
 	// From here the far node bounds the answer itself: its idle timeout
 	// ends a silent stream with a trailer (an upstream's keep-alive
@@ -183,7 +219,7 @@ func (f *forwarder) hop(ctx context.Context, h hop, sink route.ResponseSink) rou
 	if c.stream {
 		c.timer.Stop()
 	} else {
-		c.timer.Reset(f.exec.ResponseTimeout + hopSlack)
+		c.timer.Reset(f.cfg.Executor.ResponseTimeout + hopSlack)
 	}
 	return f.relay(ctx, c, st, sink, route.Forwarded{Committed: true, Header: hdr})
 }
@@ -191,13 +227,14 @@ func (f *forwarder) hop(ctx context.Context, h hop, sink route.ResponseSink) rou
 // headWait is how long c waits for the far node's head: the phase's
 // timeout for each attempt the far node may fail over between, and for
 // a hand-off another hop's slack, as the peer may forward it once more.
-func (f *forwarder) headWait(c *hopCall) time.Duration {
-	wait := f.exec.ResponseTimeout
+func (f *Forwarder) headWait(c *hopCall) time.Duration {
+	exec := f.cfg.Executor
+	wait := exec.ResponseTimeout
 	if c.stream {
-		wait = f.exec.FirstByteTimeout
+		wait = exec.FirstByteTimeout
 	}
-	wait *= time.Duration(max(f.exec.MaxAttempts, 1))
-	if c.in.Handoff {
+	wait *= time.Duration(max(exec.MaxAttempts, 1))
+	if c.In.Handoff {
 		wait += hopSlack
 	}
 	return wait
@@ -205,7 +242,7 @@ func (f *forwarder) headWait(c *hopCall) time.Duration {
 
 // relay relays the far node's answer after its head to sink, until its
 // trailer, and returns out with what the trailer reports.
-func (f *forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreamingClient[pb.ForwardReply], sink route.ResponseSink, out route.Forwarded) route.Forwarded {
+func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreamingClient[pb.ForwardReply], sink route.ResponseSink, out route.Forwarded) route.Forwarded {
 	for {
 		msg, err := st.Recv()
 		if err != nil {
@@ -213,23 +250,12 @@ func (f *forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 				out.ClientGone = true
 				return out
 			}
-			// The hop broke mid-answer: the client learns it as a
-			// provider's broken stream would tell it.
-			out.Truncated, out.Err = true, c.fail(err).Err
-			if errors.Is(err, io.EOF) {
-				out.Err = fmt.Errorf("node %s ended the answer without its trailer", c.peer)
-			}
-			if c.stream {
-				msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s stopped answering", c.peer))
-				_, _ = sink.Write([]byte(`data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"))
-				_ = sink.Flush()
-			}
-			return out
+			return broke(c, err, sink, out)
 		}
 		switch p := msg.Part.(type) {
 		case *pb.ForwardReply_Data:
 			if !c.stream {
-				c.timer.Reset(f.exec.ResponseTimeout + hopSlack)
+				c.timer.Reset(f.cfg.Executor.ResponseTimeout + hopSlack)
 			}
 			if _, err := sink.Write(p.Data); err != nil {
 				out.ClientGone = true
@@ -252,6 +278,21 @@ func (f *forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 			return out
 		}
 	}
+}
+
+// broke ends out for a hop that broke mid-answer with err: the client
+// learns it as a provider's broken stream would tell it.
+func broke(c *hopCall, err error, sink route.ResponseSink, out route.Forwarded) route.Forwarded {
+	out.Truncated, out.Err = true, c.fail(err).Err
+	if errors.Is(err, io.EOF) {
+		out.Err = fmt.Errorf("node %s ended the answer without its trailer", c.Peer)
+	}
+	if c.stream {
+		msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s stopped answering", c.Peer))
+		_, _ = sink.Write([]byte(`data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"))
+		_ = sink.Flush()
+	}
+	return out
 }
 
 // refusal reads the rest of a far node's refusal: its error document (at

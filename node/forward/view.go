@@ -1,0 +1,147 @@
+package forward
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+)
+
+// viaRefresh is how old the view's snapshot of gossip may be.
+const viaRefresh = 250 * time.Millisecond
+
+// Source is what View reads of gossip (a *gossip.Mesh).
+type Source interface {
+	Members() []gossip.Member
+	Loads() map[string]gossip.Load
+}
+
+// View is route.MeshView and route.SpareView over gossip: the via node
+// for a region is chosen among its alive, non-draining members that take
+// forwards, by RTT and load (region.Nearest). What gossip knows is
+// gathered at most every viaRefresh, not per request.
+type View struct {
+	mesh Source
+	mu   sync.Mutex
+	at   time.Time
+	snap atomic.Pointer[snapshot]
+}
+
+var (
+	_ route.MeshView  = (*View)(nil)
+	_ route.SpareView = (*View)(nil)
+)
+
+// NewView returns the view of mesh.
+func NewView(mesh Source) *View { return &View{mesh: mesh} }
+
+type snapshot struct {
+	byRegion map[string][]region.Candidate
+	byName   map[string]gossip.Member
+	load     map[string]int64 // requests in flight, by node
+	// spares are the peers with rate share left, by provider, nearest
+	// first.
+	spares map[string][]spareNode
+}
+
+type spareNode struct {
+	name, region string
+	jurisdiction region.Jurisdiction
+	rtt          time.Duration
+	requests     int
+}
+
+// Via implements route.MeshView.
+func (v *View) Via(regionName string) (string, time.Duration, bool) {
+	cs := v.snapshot().byRegion[regionName]
+	i := region.Nearest(cs)
+	if i < 0 {
+		return "", 0, false
+	}
+	return cs[i].Name, cs[i].RTT, true
+}
+
+// Spare implements route.SpareView from the peers' gossiped load
+// reports (at most viaRefresh old, plus gossip's delay): a peer whose
+// share ran out since answers that it is over it, and the request moves
+// on.
+func (v *View) Spare(provider, inRegion string, j region.Jurisdiction, i int) (string, string, time.Duration, bool) {
+	for _, c := range v.snapshot().spares[provider] {
+		if c.requests > 0 && (inRegion == "" || c.region == inRegion) && (j == "" || c.jurisdiction == j) {
+			if i == 0 {
+				return c.name, c.region, c.rtt, true
+			}
+			i--
+		}
+	}
+	return "", "", 0, false
+}
+
+// Member returns the member called name as gossip knew it lately.
+func (v *View) Member(name string) (gossip.Member, bool) {
+	m, ok := v.snapshot().byName[name]
+	return m, ok
+}
+
+// Peer is a member as gossip knew it lately, with its load.
+type Peer struct {
+	gossip.Member
+	// Load is its requests in flight.
+	Load int64
+}
+
+// Peers returns every member gossip knew of lately, this node included,
+// by name.
+func (v *View) Peers() []Peer {
+	snap := v.snapshot()
+	out := make([]Peer, 0, len(snap.byName))
+	for _, m := range snap.byName {
+		out = append(out, Peer{Member: m, Load: snap.load[m.Name]})
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (v *View) snapshot() *snapshot {
+	now := time.Now()
+	if m := v.snap.Load(); m != nil {
+		if !v.mu.TryLock() {
+			return m // another request is refreshing it
+		}
+		defer v.mu.Unlock()
+		if now.Sub(v.at) < viaRefresh {
+			return m
+		}
+	} else {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+	}
+	v.at = now
+	loads := v.mesh.Loads()
+	out := &snapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}, load: map[string]int64{},
+		spares: map[string][]spareNode{}}
+	for _, mem := range v.mesh.Members() {
+		out.byName[mem.Name] = mem
+		out.load[mem.Name] = int64(loads[mem.Name].InFlight)
+		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
+			continue
+		}
+		for _, s := range loads[mem.Name].Spare {
+			out.spares[s.Provider] = append(out.spares[s.Provider], spareNode{name: mem.Name, region: mem.Meta.Region,
+				jurisdiction: region.Jurisdiction(mem.Meta.Jurisdiction), rtt: mem.RTT, requests: s.Requests})
+		}
+		out.byRegion[mem.Meta.Region] = append(out.byRegion[mem.Meta.Region], region.Candidate{
+			Name: mem.Name, RTT: mem.RTT, RTTKnown: mem.RTTKnown, Load: int64(loads[mem.Name].InFlight),
+		})
+	}
+	for _, cs := range out.spares {
+		slices.SortStableFunc(cs, func(a, b spareNode) int { return cmp.Compare(a.rtt, b.rtt) })
+	}
+	v.snap.Store(out)
+	return out
+}
