@@ -1,0 +1,95 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/llmesh/llmesh/proto"
+)
+
+// sentStream is the server side of a forwarding stream, recording what
+// was sent; after failAfter messages (when set) Send fails.
+type sentStream struct {
+	grpc.ServerStream
+	sent      []*pb.ForwardReply
+	failAfter int
+}
+
+func (s *sentStream) Context() context.Context { return context.Background() }
+
+func (s *sentStream) Send(m *pb.ForwardReply) error {
+	if s.failAfter > 0 && len(s.sent) >= s.failAfter {
+		return errors.New("the sender went away")
+	}
+	s.sent = append(s.sent, m)
+	return nil
+}
+
+// A head goes once, without X-LLMesh-Node (the sender sets its own);
+// data goes in chunks at each flush; the trailer ends it.
+func TestSinkFraming(t *testing.T) {
+	st := &sentStream{}
+	s := &Sink{stream: st, header: http.Header{}}
+	s.Header()["X-Llmesh-Node"] = []string{"far"}
+	s.Header()["X-Request-Id"] = []string{"req-1"}
+	s.WriteHeader(http.StatusTooManyRequests)
+	s.WriteHeader(http.StatusOK)
+	if s.Status() != http.StatusTooManyRequests {
+		t.Fatalf("status %d", s.Status())
+	}
+	body := bytes.Repeat([]byte("y"), 2*chunk+5)
+	if n, err := s.Write(body[:10]); n != 10 || err != nil {
+		t.Fatal(n, err)
+	}
+	if len(st.sent) != 1 {
+		t.Fatal("a small write was sent before the flush")
+	}
+	_, _ = s.Write(body[10:]) // past a chunk: flushed at once
+	if err := s.finish(&pb.Trailer{ErrorCode: "rate_limited"}); err != nil {
+		t.Fatal(err)
+	}
+	head := st.sent[0].GetHead()
+	if head == nil || head.Status != http.StatusTooManyRequests || head.Headers["X-Request-Id"] != "req-1" || head.Headers["X-Llmesh-Node"] != "" {
+		t.Fatalf("head %+v", st.sent[0])
+	}
+	var got []byte
+	for _, m := range st.sent[1 : len(st.sent)-1] {
+		d := m.GetData()
+		if len(d) == 0 || len(d) > chunk {
+			t.Fatalf("a data message of %d bytes", len(d))
+		}
+		got = append(got, d...)
+	}
+	if !bytes.Equal(got, body) {
+		t.Fatalf("%d bytes arrived of %d", len(got), len(body))
+	}
+	if tr := st.sent[len(st.sent)-1].GetTrailer(); tr == nil || tr.ErrorCode != "rate_limited" {
+		t.Fatalf("trailer %+v", st.sent[len(st.sent)-1])
+	}
+}
+
+// An answer that never started gets no trailer; a write starts it with
+// 200; a stream that failed fails every write after.
+func TestSinkEdges(t *testing.T) {
+	st := &sentStream{}
+	s := &Sink{stream: st, header: http.Header{}}
+	if err := s.finish(&pb.Trailer{}); err != nil || len(st.sent) != 0 {
+		t.Fatalf("an unstarted answer sent %v, %v", st.sent, err)
+	}
+	st = &sentStream{failAfter: 1}
+	s = &Sink{stream: st, header: http.Header{}}
+	if _, err := s.Write([]byte("a")); err != nil || s.Status() != http.StatusOK || st.sent[0].GetHead().GetStatus() != http.StatusOK {
+		t.Fatalf("the first write: %v, status %d", err, s.Status())
+	}
+	if err := s.Flush(); err == nil {
+		t.Fatal("a flush to a gone sender succeeded")
+	}
+	if _, err := s.Write([]byte("b")); err == nil {
+		t.Fatal("a write after a failed send succeeded")
+	}
+}

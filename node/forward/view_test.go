@@ -1,0 +1,131 @@
+package forward
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/region"
+)
+
+func member(name, reg, j, rpc string, rtt time.Duration) gossip.Member {
+	return gossip.Member{Name: name, State: "alive", RTT: rtt, RTTKnown: true,
+		Meta: gossip.Meta{Region: reg, Jurisdiction: j, RPC: rpc}}
+}
+
+func testMesh() *fakeMesh {
+	self := member("self", "eu", "eu", "s:1", 0)
+	self.Self = true
+	draining := member("eu-draining", "eu", "eu", "d:1", time.Millisecond)
+	draining.State = "draining"
+	return &fakeMesh{
+		members: []gossip.Member{
+			self, draining,
+			member("eu-far", "eu", "eu", "e2:1", 80*time.Millisecond),
+			member("eu-near", "eu", "eu", "e1:1", 10*time.Millisecond),
+			member("eu-norpc", "eu", "eu", "", 2*time.Millisecond),
+			member("us-1", "us", "us", "u1:1", 90*time.Millisecond),
+		},
+		loads: map[string]gossip.Load{
+			"self":        {InFlight: 9, Spare: []gossip.Spare{{Provider: "openai", Requests: 5}}},
+			"eu-draining": {Spare: []gossip.Spare{{Provider: "openai", Requests: 5}}},
+			"eu-far":      {InFlight: 1, Spare: []gossip.Spare{{Provider: "openai", Requests: 2}}},
+			"eu-near":     {InFlight: 3, Spare: []gossip.Spare{{Provider: "openai", Requests: 0}, {Provider: "azure", Requests: 1}}},
+			"eu-norpc":    {Spare: []gossip.Spare{{Provider: "openai", Requests: 5}}},
+			"us-1":        {InFlight: 2, Spare: []gossip.Spare{{Provider: "openai", Requests: 4}}},
+		},
+	}
+}
+
+// The via node of a region is an alive member that takes forwards,
+// never this node, a draining one or one without node.rpc.
+func TestViewVia(t *testing.T) {
+	v := NewView(testMesh())
+	if name, rtt, ok := v.Via("eu"); !ok || name != "eu-near" || rtt != 10*time.Millisecond {
+		t.Fatalf("via eu: %s %v %v", name, rtt, ok)
+	}
+	if name, _, ok := v.Via("us"); !ok || name != "us-1" {
+		t.Fatalf("via us: %s %v", name, ok)
+	}
+	if _, _, ok := v.Via("ap"); ok {
+		t.Fatal("a region without nodes has a via node")
+	}
+}
+
+// Peers with rate share left come nearest first, in the region and
+// jurisdiction asked for; a peer with none left, this node, a draining
+// one or one without node.rpc never.
+func TestViewSpare(t *testing.T) {
+	v := NewView(testMesh())
+	all := func(provider, inRegion string, j region.Jurisdiction) []string {
+		var out []string
+		for i := 0; ; i++ {
+			name, _, _, ok := v.Spare(provider, inRegion, j, i)
+			if !ok {
+				return out
+			}
+			out = append(out, name)
+		}
+	}
+	for _, c := range []struct {
+		provider, region string
+		j                region.Jurisdiction
+		want             []string
+	}{
+		{"openai", "", "", []string{"eu-far", "us-1"}},
+		{"openai", "us", "", []string{"us-1"}},
+		{"openai", "", "eu", []string{"eu-far"}},
+		{"azure", "", "", []string{"eu-near"}},
+		{"anthropic", "", "", nil},
+	} {
+		if got := all(c.provider, c.region, c.j); !slices.Equal(got, c.want) {
+			t.Errorf("%s in %q/%q: %v, want %v", c.provider, c.region, c.j, got, c.want)
+		}
+	}
+	if name, reg, rtt, _ := v.Spare("openai", "", "", 1); name != "us-1" || reg != "us" || rtt != 90*time.Millisecond {
+		t.Fatalf("second spare %s %s %v", name, reg, rtt)
+	}
+}
+
+// Member and Peers show every member gossip knows, this node and
+// draining ones too, with their load.
+func TestViewMembers(t *testing.T) {
+	v := NewView(testMesh())
+	if m, ok := v.Member("eu-draining"); !ok || m.State != "draining" {
+		t.Fatalf("member %+v %v", m, ok)
+	}
+	if _, ok := v.Member("gone"); ok {
+		t.Fatal("an unknown member was found")
+	}
+	var names []string
+	for _, p := range v.Peers() {
+		names = append(names, p.Name)
+		if want := int64(testMesh().loads[p.Name].InFlight); p.Load != want {
+			t.Errorf("%s: load %d, want %d", p.Name, p.Load, want)
+		}
+	}
+	if want := []string{"eu-draining", "eu-far", "eu-near", "eu-norpc", "self", "us-1"}; !slices.Equal(names, want) {
+		t.Fatalf("peers %v", names)
+	}
+}
+
+// What gossip knows is read again only once the snapshot is viaRefresh
+// old.
+func TestViewRefresh(t *testing.T) {
+	mesh := testMesh()
+	v := NewView(mesh)
+	if _, ok := v.Member("late"); ok {
+		t.Fatal("late is not there yet")
+	}
+	mesh.members = append(mesh.members, member("late", "ap", "ap", "l:1", time.Millisecond))
+	if _, ok := v.Member("late"); ok {
+		t.Fatal("the view read gossip again before viaRefresh")
+	}
+	v.mu.Lock()
+	v.at = v.at.Add(-viaRefresh)
+	v.mu.Unlock()
+	if _, ok := v.Member("late"); !ok {
+		t.Fatal("the view did not read gossip again after viaRefresh")
+	}
+}
