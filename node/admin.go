@@ -211,7 +211,7 @@ func (n *Node) readLedgerView(w http.ResponseWriter, r *http.Request, what strin
 		n.writeError(w, errNoLedger)
 		return false, false
 	}
-	b, gotLin, err := n.ledger.client.Read(r.Context(), what, linearizable)
+	b, gotLin, err := n.ledger.Client().Read(r.Context(), what, linearizable)
 	if err != nil {
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return false, false
@@ -274,7 +274,7 @@ func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
 		n.writeError(w, errNoLedger)
 		return
 	}
-	peers, err := n.ledger.peers(r.Context(), false)
+	peers, err := n.ledger.Peers(r.Context(), false)
 	if err != nil {
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return

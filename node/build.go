@@ -11,6 +11,7 @@ import (
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/forward"
+	"github.com/llmesh/llmesh/node/ledger"
 	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/route"
 )
@@ -66,8 +67,8 @@ func (n *Node) buildMesh(opts Options) (route.HealthView, error) {
 	gc.Registerer = opts.Registry
 	gc.KnownProvider = func(name string) bool { return n.catalog().Provider(name) != nil }
 	gc.OnMembership = func() {
-		if n.ledger != nil && n.ledger.server != nil {
-			n.ledger.server.Reconcile()
+		if n.ledger != nil && n.ledger.Server() != nil {
+			n.ledger.Server().Reconcile()
 		}
 	}
 	if opts.GossipTuning != nil {
@@ -81,6 +82,10 @@ func (n *Node) buildMesh(opts Options) (route.HealthView, error) {
 	return mesh.View(), nil
 }
 
+// LedgerTuning adjusts the Raft server configuration (tests and the demo
+// use faster timings or in-memory stores).
+type LedgerTuning func(*consensus.ServerConfig)
+
 // buildLedger builds the node's part in the Raft ledger when it has one,
 // and returns the gates the request path spends from: the node's share
 // of the mesh-wide rates and the budgets' escrow; else the whole
@@ -90,17 +95,17 @@ func (n *Node) buildLedger(catalog *route.Catalog, opts Options) (route.QuotaGat
 		return route.NewLimiter(catalog.Providers()), nil, nil
 	}
 	s := n.s
-	l, err := newLedger(s, catalog, opts.LedgerTuning, ledgerDeps{
-		log: n.log, now: n.now, catalog: n.catalog, mesh: n.mesh, rpcAddr: n.rpcAddr,
-		observeApply: n.metrics.RaftApplied,
-		setTenants:   func(ts []consensus.Tenant) { n.tenants.Store(tenant.NewKeys(s.Tenants, ts)) },
+	l, err := ledger.New(s, catalog, ledger.Deps{
+		Log: n.log, Now: n.now, Catalog: n.catalog, Mesh: n.mesh, RPCAddr: n.rpcAddr, Tuning: opts.LedgerTuning,
+		ObserveApply: n.metrics.RaftApplied,
+		SetTenants:   func(ts []consensus.Tenant) { n.tenants.Store(tenant.NewKeys(s.Tenants, ts)) },
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	n.ledger = l
-	opts.Registry.MustRegister(&ledgerCollector{l: l, rateWaiting: func() int { return int(n.admitted.rateWaiting.Load()) }})
-	return l.rates, budgetGate{l.budgets}, nil
+	opts.Registry.MustRegister(l.Collector(func() int { return int(n.admitted.rateWaiting.Load()) }))
+	return l.Rates(), l.Budgets(), nil
 }
 
 // buildRequestPath builds the replicas' tracker, the planner and the

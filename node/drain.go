@@ -28,9 +28,6 @@ const (
 	// maxHandoffPeers is how many peers a draining node tries before it
 	// serves a request itself.
 	maxHandoffPeers = 3
-	// removeTimeout bounds how long a leaving voter waits to be removed
-	// from the Raft configuration.
-	removeTimeout = 10 * time.Second
 )
 
 // Drain starts a graceful stop in the background, bounded by the

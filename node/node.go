@@ -19,6 +19,7 @@ import (
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/node/forward"
+	"github.com/llmesh/llmesh/node/ledger"
 	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/probe"
 	"github.com/llmesh/llmesh/node/tenant"
@@ -85,7 +86,7 @@ type Node struct {
 	grpc     *grpc.Server // nil without node.rpc
 	rpcLn    net.Listener
 	forward  *forward.Forwarder
-	ledger   *ledger // nil when the node has no part in the ledger
+	ledger   *ledger.Ledger // nil when the node has no part in the ledger
 	inFlight atomic.Int64
 	// admitted counts the requests that waited for admission, and how
 	// long in all.
@@ -180,7 +181,7 @@ func (n *Node) Start(ctx context.Context) error {
 			n.grpc.Stop()
 		}
 		if n.ledger != nil {
-			n.ledger.kill()
+			n.ledger.Kill()
 		}
 		return err
 	}
@@ -190,7 +191,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	if n.ledger != nil {
-		if err := n.ledger.listen(ctx); err != nil {
+		if err := n.ledger.Listen(ctx); err != nil {
 			return fail(err)
 		}
 	}
@@ -201,10 +202,8 @@ func (n *Node) Start(ctx context.Context) error {
 		meta := n.mesh.Meta()
 		meta.HTTP = n.advertised(ln.Addr())
 		meta.RPC = n.advertisedHostPort(n.rpcAddr())
-		if n.ledger != nil {
-			if n.ledger.server != nil {
-				meta.Raft = n.advertisedHostPort(n.ledger.server.Addr())
-			}
+		if n.ledger != nil && n.ledger.Server() != nil {
+			meta.Raft = n.advertisedHostPort(n.ledger.Server().Addr())
 		}
 		if err := n.mesh.SetMeta(meta); err != nil {
 			return fail(fmt.Errorf("node: %w", err))
@@ -214,7 +213,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	if n.ledger != nil {
-		n.ledger.run()
+		n.ledger.Run()
 	}
 	n.ln = ln
 	n.started = n.now()
@@ -255,15 +254,15 @@ func (n *Node) advertisedHostPort(addr string) string {
 // Ready reports whether the node takes traffic: started, not draining,
 // and joined to the mesh when it has seeds.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && !n.draining.Load() && (n.mesh == nil || n.mesh.Joined()) && (n.ledger == nil || n.ledger.ready())
+	return n.ready.Load() && !n.draining.Load() && (n.mesh == nil || n.mesh.Joined()) && (n.ledger == nil || n.ledger.Ready())
 }
 
 // Snapshot takes a Raft snapshot of a voter's ledger now.
 func (n *Node) Snapshot() error {
-	if n.ledger == nil || n.ledger.server == nil {
+	if n.ledger == nil || n.ledger.Server() == nil {
 		return errors.New("node: not a voter")
 	}
-	return n.ledger.server.Snapshot()
+	return n.ledger.Server().Snapshot()
 }
 
 // Mesh returns the node's gossip membership, or nil when it does not
@@ -324,11 +323,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.stopRPC(ctx) // requests forwarded here finish and spend first
 		if n.ledger != nil {
 			n.setPhase(phaseSettle)
-			n.ledger.settle() // then report spend and give escrow back
+			n.ledger.Settle() // then report spend and give escrow back
 		}
 		n.setPhase(phaseLeaving)
 		if n.ledger != nil {
-			n.ledger.handOverLeadership()
+			n.ledger.HandOverLeadership()
 		}
 		if n.mesh != nil {
 			if n.ln != nil {
@@ -336,12 +335,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 					errs = append(errs, fmt.Errorf("leave the mesh: %w", err))
 				}
 				if n.ledger != nil {
-					n.ledger.awaitRemoval(ctx)
+					n.ledger.AwaitRemoval(ctx)
 				}
 			}
 		}
 		if n.ledger != nil {
-			n.ledger.close()
+			n.ledger.Close()
 		}
 		if n.mesh != nil {
 			if err := n.mesh.Shutdown(); err != nil {
@@ -376,7 +375,7 @@ func (n *Node) Kill() {
 			n.grpc.Stop()
 		}
 		if n.ledger != nil {
-			n.ledger.kill()
+			n.ledger.Kill()
 		}
 		if n.ln != nil {
 			_ = n.srv.Close()

@@ -206,11 +206,11 @@ func (n *Node) memberIn(name string, j region.Jurisdiction) bool {
 func (n *Node) policyOf(t *tenant.Tenant) (region.Residency, bool) {
 	res, strict := t.Residency, t.StrictTransit
 	if n.ledger != nil {
-		if p, ok := n.ledger.policy(t.Name); ok {
-			if p.residency.Restricted() {
-				res = p.residency
+		if p, ok := n.ledger.Policy(t.Name); ok {
+			if p.Residency.Restricted() {
+				res = p.Residency
 			}
-			strict = strict || p.strict
+			strict = strict || p.Strict
 		}
 	}
 	return res, strict

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/ledger"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -49,7 +50,7 @@ func (n *Node) Reload(cfg *Config) error {
 	case *route.Limiter:
 		q.SetProviders(catalog.Providers())
 	case *consensus.RateHolder:
-		q.SetCapacities(rateCapacities(catalog.Providers()))
+		q.SetCapacities(ledger.RateCapacities(catalog.Providers()))
 	}
 	n.rt.Store(&routing{catalog: catalog, planner: &p})
 	n.cfg = cfg
@@ -89,7 +90,7 @@ func (n *Node) putRates(was, now *route.Catalog) {
 			}
 		}()
 		for _, c := range cmds {
-			if _, err := n.ledger.client.Apply(ctx, c); err != nil {
+			if _, err := n.ledger.Client().Apply(ctx, c); err != nil {
 				n.log.Warn("could not write a reloaded rate limit to the ledger", "err", err)
 			}
 		}

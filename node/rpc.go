@@ -55,7 +55,7 @@ func (n *Node) listenRPC(ctx context.Context) error {
 	n.rpcLn = ln
 	n.grpc = grpc.NewServer(opts...)
 	if n.ledger != nil {
-		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.client))
+		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.Client()))
 	}
 	pb.RegisterMeshServer(n.grpc, forward.NewService(n.serveForward, n.metrics.ForwardsReceived()))
 	go func() { _ = n.grpc.Serve(ln) }()
@@ -84,4 +84,9 @@ func (n *Node) stopRPC(ctx context.Context) {
 		n.grpc.Stop()
 		<-stopped
 	}
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

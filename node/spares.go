@@ -11,7 +11,7 @@ import "github.com/llmesh/llmesh/gossip"
 func (n *Node) loadReport() gossip.Load {
 	l := gossip.Load{InFlight: int(n.inFlight.Load())}
 	if n.ledger != nil {
-		for _, s := range n.ledger.rates.Spares(n.now()) {
+		for _, s := range n.ledger.Rates().Spares(n.now()) {
 			if len(l.Spare) == gossip.MaxSpares {
 				break
 			}

@@ -2,10 +2,7 @@ package node
 
 import (
 	"context"
-	"math"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/node/views"
@@ -44,55 +41,14 @@ func (n *Node) Status(ctx context.Context) views.Status {
 			st.Providers = append(st.Providers, p.Name)
 		}
 	}
-	if l := n.ledger; l != nil {
-		if l.server != nil {
-			st.Raft = l.server.State()
-			st.Leader, _ = l.server.Leader()
-		}
-		if st.Leader == "" {
-			st.Leader = l.leaderName(ctx)
-		}
-		for _, hl := range l.budgets.Leases() {
-			st.Leases = append(st.Leases, views.LeaseInfo{Tenant: hl.Tenant, Period: hl.Period, GrantedUSD: hl.Granted.USD(),
-				SpentUSD: hl.Spent.USD(), InflightUSD: hl.Inflight.USD(), ExpiresSec: max(hl.Expires.Sub(now).Seconds(), 0)})
-		}
-		st.Admission.Waiting = l.budgets.Waiting() + int(n.admitted.rateWaiting.Load())
-		spare := map[string]int{}
-		for _, s := range l.rates.Spares(now) {
-			spare[s.Provider] = s.Requests
-		}
-		for p, s := range l.rates.Shares(now) {
-			info := views.RateShareInfo{Provider: p, RPM: s[0], TPM: s[1], Spare: -1}
-			if v, ok := spare[p]; ok {
-				info.Spare = v
-			}
-			if math.IsInf(info.RPM, 0) {
-				info.RPM = -1
-			}
-			if math.IsInf(info.TPM, 0) {
-				info.TPM = -1
-			}
-			st.RateShares = append(st.RateShares, info)
-		}
-		slices.SortFunc(st.RateShares, func(a, b views.RateShareInfo) int { return strings.Compare(a.Provider, b.Provider) })
+	if n.ledger != nil {
+		ls := n.ledger.Status(ctx, now)
+		st.Raft, st.Leader = ls.Raft, ls.Leader
+		st.Leases = append(st.Leases, ls.Leases...)
+		st.RateShares = append(st.RateShares, ls.RateShares...)
+		st.Admission.Waiting = ls.Waiting + int(n.admitted.rateWaiting.Load())
 	}
 	return st
-}
-
-// leaderName asks a voter who leads, for a node that is not one.
-func (l *ledger) leaderName(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	peers, err := l.peers(ctx, false)
-	if err != nil {
-		return ""
-	}
-	for _, p := range peers {
-		if p.Leader {
-			return p.ID
-		}
-	}
-	return ""
 }
 
 // drain serves POST /v1/mesh/drain and /v1/mesh/leave: the node drains

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/ledger"
 	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -80,7 +81,7 @@ func (n *Node) revokeTenantKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Tenant = r.PathValue("tenant")
-	n.applyAdmin(w, r, consensus.CmdRevokeKey, req, map[string]any{"tenant": req.Tenant, "revoked": true, "within_s": (tenantRefresh + 2*time.Second).Seconds()})
+	n.applyAdmin(w, r, consensus.CmdRevokeKey, req, map[string]any{"tenant": req.Tenant, "revoked": true, "within_s": (ledger.TenantRefresh + 2*time.Second).Seconds()})
 }
 
 // readAdminJSON reads an admin request's small JSON body into v, or
@@ -102,7 +103,7 @@ func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, bo
 		return
 	}
 	b, _ := json.Marshal(body)
-	res, err := n.ledger.client.Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.Name), Type: typ, Body: b})
+	res, err := n.ledger.Client().Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.Name), Type: typ, Body: b})
 	switch {
 	case err != nil:
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))

@@ -1,4 +1,4 @@
-package node
+package ledger
 
 // Adapters from consensus's holders to the gates route's executor and
 // planner declare: consensus returns its own errors and takes plain
@@ -27,17 +27,17 @@ var _ route.BudgetGate = budgetGate{}
 func (g budgetGate) Reserve(ctx context.Context, tenant string, usd float64, prio int, until, now time.Time) (route.BudgetHold, error) {
 	hold, err := g.h.Reserve(ctx, tenant, usd, prio, until, now)
 	if err != nil {
-		return nil, routeError(err)
+		return nil, RouteError(err)
 	}
 	return hold, nil
 }
 
-// routeError maps the budget holder's errors to route's, keeping their
+// RouteError maps the budget holder's errors to route's, keeping their
 // messages: a *consensus.RetryAfterError becomes a *route.RetryAfterError
 // (so it matches route.ErrRateLimited), and an error matching
 // consensus.ErrBudgetExceeded matches route.ErrBudgetExceeded as well.
 // Anything else passes unchanged.
-func routeError(err error) error {
+func RouteError(err error) error {
 	var ra *consensus.RetryAfterError
 	switch {
 	case errors.As(err, &ra):
@@ -56,9 +56,9 @@ func (e budgetExceeded) Error() string        { return e.err.Error() }
 func (e budgetExceeded) Unwrap() error        { return e.err }
 func (e budgetExceeded) Is(target error) bool { return target == route.ErrBudgetExceeded }
 
-// rateCapacities are the providers' configured limits, as the rate
+// RateCapacities are the providers' configured limits, as the rate
 // holder takes them.
-func rateCapacities(providers []*route.Provider) []consensus.RateCapacity {
+func RateCapacities(providers []*route.Provider) []consensus.RateCapacity {
 	caps := make([]consensus.RateCapacity, 0, len(providers))
 	for _, p := range providers {
 		caps = append(caps, consensus.RateCapacity{Provider: p.Name, RPM: int64(p.RPM), TPM: int64(p.TPM)})

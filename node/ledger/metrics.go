@@ -1,4 +1,4 @@
-package node
+package ledger
 
 import (
 	"math"
@@ -9,9 +9,16 @@ import (
 	"github.com/llmesh/llmesh/consensus"
 )
 
-// ledgerCollector reads the ledger's figures when Prometheus scrapes.
-type ledgerCollector struct {
-	l *ledger
+// Collector returns the ledger's metrics, read when Prometheus scrapes;
+// rateWaiting counts the requests waiting now for a rate share (the
+// node's executor knows them).
+func (l *Ledger) Collector(rateWaiting func() int) prometheus.Collector {
+	return &collector{l: l, rateWaiting: rateWaiting}
+}
+
+// collector reads the ledger's figures when Prometheus scrapes.
+type collector struct {
+	l *Ledger
 	// rateWaiting counts the requests waiting now for a rate share.
 	rateWaiting func() int
 }
@@ -41,13 +48,13 @@ var (
 		"This node's share of a provider's mesh-wide rate, by provider and dimension (requests or tokens).", []string{"provider", "dimension"}, nil)
 )
 
-func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeases, descReserved, descInflight, descOverspend, descForfeited, descSettled, descLimit, descRaftState, descLastContact, descRateShare, descAdmissionQueue} {
 		ch <- d
 	}
 }
 
-func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	l := c.l
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
