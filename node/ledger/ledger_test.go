@@ -1,0 +1,129 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmesh/llmesh/consensus"
+	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
+	"github.com/llmesh/llmesh/sim/harness/wait"
+)
+
+// TestMain fails the run if a goroutine the tests started outlives them.
+func TestMain(m *testing.M) {
+	os.Exit(wait.Run(m, 10*time.Second, func() error { return goleak.Find() }))
+}
+
+func testCatalog(t *testing.T) *route.Catalog {
+	t.Helper()
+	p := func(name string, rpm, tpm int) route.Provider {
+		return route.Provider{Name: name, Kind: route.KindOpenAI, Region: "r1", Reach: route.ReachGlobal,
+			BaseURL: "http://" + name + ".test", Jurisdictions: region.NewSet("EU"), RPM: rpm, TPM: tpm,
+			Models: []route.Model{{Name: "m", InputUSDPerMTok: 1, OutputUSDPerMTok: 2}}}
+	}
+	c, err := route.NewCatalog([]route.Provider{p("limited", 60, 1000), p("free", 0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A new leader seeds the file's tenants (keys as hex, residency, strict
+// transit, budget in nanodollars) and the limited providers' capacities,
+// each under an id that makes a second seed a no-op.
+func TestSeedCommands(t *testing.T) {
+	key := sha256.Sum256([]byte("sk-acme"))
+	s := &config.Runtime{Tenants: []config.Tenant{
+		{Name: "acme", Keys: [][sha256.Size]byte{key}, Residency: region.Residency{Jurisdiction: "EU"}, StrictTransit: true,
+			Budget: &config.BudgetSection{USD: 2.5, Period: consensus.PeriodMonth}},
+		{Name: "free"},
+	}}
+	cmds := seedCommands(s, testCatalog(t))
+	var ids []string
+	for _, c := range cmds {
+		ids = append(ids, c.ID)
+	}
+	if want := []string{"seed/tenant/acme", "seed/tenant/free", "seed/rate/limited"}; !slices.Equal(ids, want) {
+		t.Fatalf("ids %v, want %v", ids, want)
+	}
+	var acme consensus.Tenant
+	if err := json.Unmarshal(cmds[0].Body, &acme); err != nil || cmds[0].Type != consensus.CmdSeedTenant {
+		t.Fatal(cmds[0].Type, err)
+	}
+	if acme.Residency != "EU" || !acme.StrictTransit || len(acme.KeySHA256) != 1 || acme.KeySHA256[0] != hex.EncodeToString(key[:]) ||
+		acme.Budget == nil || acme.Budget.Limit != consensus.RoundNanos(2.5) || acme.Budget.Period != consensus.PeriodMonth {
+		t.Errorf("acme seeded as %+v", acme)
+	}
+	var rate consensus.RateCapacity
+	if err := json.Unmarshal(cmds[2].Body, &rate); err != nil || cmds[2].Type != consensus.CmdSeedRate {
+		t.Fatal(cmds[2].Type, err)
+	}
+	if rate != (consensus.RateCapacity{Provider: "limited", RPM: 60, TPM: 1000}) {
+		t.Errorf("rate seeded as %+v", rate)
+	}
+	if caps := RateCapacities(testCatalog(t).Providers()); len(caps) != 2 || caps[1] != (consensus.RateCapacity{Provider: "free"}) {
+		t.Errorf("capacities %+v: every provider, unlimited ones at zero", caps)
+	}
+}
+
+// Without gossip, the voters are this node when it is one, and every
+// other node is gone.
+func TestMembershipWithoutGossip(t *testing.T) {
+	raft := ""
+	m := membership{self: "a", raftAddr: func() string { return raft }, rpcAddr: func() string { return "127.0.0.1:2" }}
+	if v := m.Voters(); len(v) != 0 {
+		t.Errorf("a node that is no voter lists voters %v", v)
+	}
+	raft = "127.0.0.1:1"
+	want := []consensus.VoterInfo{{ID: "a", RaftAddr: "127.0.0.1:1", RPCAddr: "127.0.0.1:2", State: "alive"}}
+	if v := m.Voters(); !slices.Equal(v, want) {
+		t.Errorf("voters %v, want %v", v, want)
+	}
+	if m.Gone("a") || !m.Gone("b") {
+		t.Errorf("gone: self %v, another %v", m.Gone("a"), m.Gone("b"))
+	}
+}
+
+// A node in a mesh with no voters spends what the file says: it is not
+// ready until its loops have run once, knows no ledger policy, and
+// settles and closes without leaving a goroutine behind.
+func TestNoVotersReadyThenSettles(t *testing.T) {
+	s := &config.Runtime{Name: "a", Tenants: []config.Tenant{{Name: "acme"}}, AdmissionQueue: 10}
+	cat := testCatalog(t)
+	l, err := New(s, cat, Deps{
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now,
+		Catalog: func() *route.Catalog { return cat }, RPCAddr: func() string { return "" },
+		ObserveApply: func(time.Duration) {}, SetTenants: func([]consensus.Tenant) { t.Error("tenants set without a ledger to read") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Server() != nil {
+		t.Fatal("a node that is no voter has a Raft server")
+	}
+	if l.Ready() {
+		t.Fatal("ready before the budgeted tenants are known")
+	}
+	l.Run()
+	wait.For(t, 5*time.Second, "the ledger part to be ready", l.Ready)
+	if _, ok := l.Policy("acme"); ok {
+		t.Error("a policy without a ledger read")
+	}
+	if st := l.Status(context.Background(), time.Now()); st.Raft != "" || st.Leader != "" || st.Waiting != 0 {
+		t.Errorf("status %+v", st)
+	}
+	l.Settle()
+	l.Close()
+}
