@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// File is the node's configuration file, as CONTRACT.md names it. Every
+// File is the node's configuration file (docs/configuration.md). Every
 // key is strict: an unknown key or an invalid value fails start-up with a
 // message naming the field. Secrets are never in the file: only the names
 // of the environment variables holding them.
