@@ -64,7 +64,7 @@ func (n *Node) explanation(req *route.Request, plan *route.Plan, err error) view
 			v.Via = n.s.Name
 		}
 		if tg.Offer.Provider.Ring != nil && tg.Via == "" {
-			v.Replica = route.ReplicaName(tg.Endpoint())
+			v.Replica = tg.ReplicaName()
 		}
 		out.Targets = append(out.Targets, v)
 	}

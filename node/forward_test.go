@@ -526,9 +526,14 @@ func TestReplicaAffinityThroughNode(t *testing.T) {
 	if len(per) != 4 {
 		t.Fatalf("sessions on %d replicas", len(per))
 	}
+	for i := range 4 { // named, not addressed: their addresses stay inside
+		if name := fmt.Sprintf("gpu/%d", i); per[name] == 0 {
+			t.Fatalf("no session on replica %s: %v", name, per)
+		}
+	}
 	// Replica 0 fails: its sessions move (after the failures that eject
 	// it, each failed over within its request), and no other.
-	gone := strings.TrimPrefix(replicas[0], "http://")
+	gone := "gpu/0" // replicas[0]
 	if err := emus[0].Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -153,14 +153,22 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	}
 	a.known = true
 	a.total = e.now().Sub(c.start)
+	answer := buf.Bytes()
+	named := respBuffers.Get().(*bytes.Buffer)
+	defer respBuffers.Put(named)
+	named.Reset()
+	named.Grow(len(answer) + len(t.answerModel()) + 2)
+	if b, ok := withModel(named.AvailableBuffer(), answer, t.answerModel()); ok {
+		answer = b
+	}
 	h := sink.Header()
 	setRouteHeaders(h, t, e.cfg.NodeName, c.res.Route())
 	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
+	h["Content-Length"] = []string{strconv.Itoa(len(answer))}
 	sink.WriteHeader(http.StatusOK)
 	a.committed = true
 	a.Outcome = OutcomeOK
-	if _, err := sink.Write(buf.Bytes()); err != nil {
+	if _, err := sink.Write(answer); err != nil {
 		return c.fail(OutcomeCanceled, "write answer: %v", err)
 	}
 	return a

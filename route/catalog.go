@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/llmesh/llmesh/region"
@@ -39,11 +40,14 @@ type Provider struct {
 	Jurisdictions region.Set // where it processes data
 	BaseURL       string
 	Replicas      []string // replica base URLs; empty means BaseURL alone
-	APIKey        Secret
-	APIVersion    string // Azure only
-	Priority      int    // lower is preferred when otherwise equal
-	RPM, TPM      int    // mesh-wide limits; 0 means none
-	Models        []Model
+	// ReplicaNames are the replicas' configured names, in the order of
+	// Replicas; a replica without one is named PROVIDER/INDEX (from 0).
+	ReplicaNames []string
+	APIKey       Secret
+	APIVersion   string // Azure only
+	Priority     int    // lower is preferred when otherwise equal
+	RPM, TPM     int    // mesh-wide limits; 0 means none
+	Models       []Model
 
 	// Ring places sessions on the replicas (bounded-load consistent
 	// hashing); nil for a provider with fewer than two replicas. Built by
@@ -51,7 +55,13 @@ type Provider struct {
 	Ring *Ring
 	// replicaKeys name each replica for its own health tracking.
 	replicaKeys []string
+	// replicaNames name each replica to clients (ReplicaName).
+	replicaNames []string
 }
+
+// ReplicaName is replica i's name for clients and operators: its
+// configured name, else PROVIDER/INDEX; never its address.
+func (p *Provider) ReplicaName(i int) string { return p.replicaNames[i] }
 
 // ReplicaKey names replica i of the provider for health tracking: the
 // provider and the replica's base URL, so two providers sharing a server
@@ -126,8 +136,13 @@ func NewCatalog(providers []Provider, groups ...Group) (*Catalog, error) {
 			bases = []string{p.BaseURL}
 		}
 		p.replicaKeys = make([]string, len(bases))
+		p.replicaNames = make([]string, len(bases))
 		for i, b := range bases {
 			p.replicaKeys[i] = p.Name + " " + b
+			p.replicaNames[i] = p.Name + "/" + strconv.Itoa(i)
+			if i < len(p.ReplicaNames) && p.ReplicaNames[i] != "" {
+				p.replicaNames[i] = p.ReplicaNames[i]
+			}
 		}
 		p.Ring = nil
 		if len(bases) > MaxReplicas {

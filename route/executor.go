@@ -99,7 +99,7 @@ type Result struct {
 	// ClientGone means the client disconnected or stopped reading.
 	ClientGone bool
 	// Provider is the provider that answered (through a via node, the
-	// one that node chose), and Replica its replica's host when it has
+	// one that node chose), and Replica its replica's name when it has
 	// several.
 	Provider, Replica string
 
@@ -273,7 +273,7 @@ func (c *call) try(i int) (done bool, err error) {
 		c.res.Usage, c.res.UsageCounted, c.res.Cost = s.Usage, a.counted, s.Cost
 		c.res.Provider = c.t.Provider()
 		if c.tk.ring != nil {
-			c.res.Replica = ReplicaName(c.t.Endpoint())
+			c.res.Replica = c.t.ReplicaName()
 			c.tk.Seat(c.req.Session)
 		}
 	}
@@ -461,18 +461,12 @@ func setRouteHeaders(h http.Header, t *Target, node, route string) {
 		via = node
 	}
 	h["X-Llmesh-Via"] = []string{via}
+	if up := t.Offer.UpstreamModel(); up != t.answerModel() {
+		h[HeaderUpstreamModel] = []string{up}
+	}
 	if len(t.Offer.Endpoints) > 1 {
-		h["X-Llmesh-Replica"] = []string{ReplicaName(t.Endpoint())}
+		h["X-Llmesh-Replica"] = []string{t.ReplicaName()}
 	}
-}
-
-// ReplicaName names a replica by its endpoint's host, as X-LLMesh-Replica
-// does.
-func ReplicaName(endpoint string) string {
-	if u, err := url.Parse(endpoint); err == nil {
-		return u.Host
-	}
-	return endpoint
 }
 
 // cleanErr strips the method and URL net/http puts in front of transport

@@ -83,6 +83,10 @@ func (t *Target) Provider() string { return t.Offer.Provider.Name }
 // Endpoint returns the URL the attempt is sent to.
 func (t *Target) Endpoint() string { return t.Offer.Endpoints[t.Replica] }
 
+// ReplicaName is the name of the target's replica, as X-LLMesh-Replica
+// gives it: never its address, which clients need not see.
+func (t *Target) ReplicaName() string { return t.Offer.Provider.ReplicaName(t.Replica) }
+
 // Skip records a provider serving the model that the plan left out.
 type Skip struct {
 	Provider string

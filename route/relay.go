@@ -29,9 +29,10 @@ const maxCountedStream = 16 << 10
 // counting. A fresh read buffer per stream was a third of all the bytes a
 // stream allocated. The rest is one stream's progress.
 type relayState struct {
-	rd   sseReader
-	out  []byte
-	kept []byte
+	rd    sseReader
+	out   []byte
+	kept  []byte
+	named []byte // an event with its model renamed (withModel)
 
 	finished    int // choices that reported a finish_reason
 	sawUsage    bool
@@ -42,7 +43,7 @@ type relayState struct {
 }
 
 var relayStates = sync.Pool{New: func() any {
-	return &relayState{rd: sseReader{br: bufio.NewReaderSize(nil, sseBufferSize)}, out: make([]byte, 0, 4<<10)}
+	return &relayState{rd: sseReader{br: bufio.NewReaderSize(nil, sseBufferSize)}, out: make([]byte, 0, 4<<10), named: make([]byte, 0, 1<<10)}
 }}
 
 // put returns st to the pool, emptied.
@@ -51,7 +52,10 @@ func (st *relayState) put() {
 	if cap(st.out) > 64<<10 { // after an unusually large event
 		st.out = make([]byte, 0, 4<<10)
 	}
-	*st = relayState{rd: st.rd, out: st.out[:0], kept: st.kept[:0]}
+	if cap(st.named) > 64<<10 {
+		st.named = nil
+	}
+	*st = relayState{rd: st.rd, out: st.out[:0], kept: st.kept[:0], named: st.named[:0]}
 	relayStates.Put(st)
 }
 
@@ -166,7 +170,11 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 		}
 	}
 	if !skip {
-		st.out = appendEvent(st.out[:0], data)
+		out := data
+		if b, ok := withModel(st.named, data, c.t.answerModel()); ok {
+			st.named, out = b, b
+		}
+		st.out = appendEvent(st.out[:0], out)
 		if !c.write(st.out) {
 			return false
 		}
