@@ -151,9 +151,9 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 // newHTTPServer is the server of the API, the admin API and the UI.
 func (n *Node) newHTTPServer() *http.Server {
 	return &http.Server{
-		Handler:           n.routes(),
+		Handler:           n.headerLimit(n.routes()),
 		ReadHeaderTimeout: n.s.ReadHeader,
-		MaxHeaderBytes:    n.s.MaxHeaderBytes,
+		MaxHeaderBytes:    serverHeaderBytes(n.s.MaxHeaderBytes),
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 		// No ReadTimeout or WriteTimeout: they would cut long streams.

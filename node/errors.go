@@ -16,6 +16,7 @@ import (
 var (
 	errUnauthorized = errors.New("missing or unknown API key: send Authorization: Bearer KEY")
 	errTooLarge     = errors.New("request body too large")
+	errHeaderLarge  = errors.New("request headers too large")
 	errNotFound     = errors.New("no such endpoint")
 	errMethod       = errors.New("method not allowed")
 )
@@ -61,6 +62,9 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, errTooLarge):
 		e.Type, e.Code = "invalid_request_error", "request_too_large"
 		return http.StatusRequestEntityTooLarge, e
+	case errors.Is(err, errHeaderLarge):
+		e.Type, e.Code = "invalid_request_error", "headers_too_large"
+		return http.StatusRequestHeaderFieldsTooLarge, e
 	case errors.Is(err, route.ErrModelNotFound):
 		e.Type, e.Code = "invalid_request_error", "model_not_found"
 		return http.StatusNotFound, e

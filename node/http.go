@@ -63,6 +63,41 @@ func (n *Node) routes() http.Handler {
 	return mux
 }
 
+// serverHeaderBytes is the http.Server's own bound on a request's
+// headers: four times limits.max_header_bytes (at least 64 KiB more), so
+// that headers over the configured limit reach headerLimit, which answers
+// in the API's error shape. Only headers past this bound get net/http's
+// plain-text 431.
+func serverHeaderBytes(limit int) int {
+	return max(4*limit, limit+64<<10)
+}
+
+// headerLimit refuses, with 431 in OpenAI's shape, a request whose
+// headers (request line, names and values, as net/http counts them
+// roughly) exceed limits.max_header_bytes.
+func (n *Node) headerLimit(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		size := len(r.Method) + len(r.RequestURI) + len(r.Proto) + len(r.Host) + 4
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				size += len(k) + len(v) + 4
+			}
+		}
+		if n.s.MaxHeaderBytes > 0 && size > n.s.MaxHeaderBytes {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.ClientWrite))
+			w.Header()["Connection"] = []string{"close"}
+			n.writeError(w, fmt.Errorf("%w: %d bytes; this node takes at most %d (limits.max_header_bytes)", errHeaderLarge, size, n.s.MaxHeaderBytes))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// errTooLarge is the refusal of a body over limits.max_body_bytes.
+func (n *Node) errTooLarge() error {
+	return fmt.Errorf("%w: this node takes at most %d bytes (limits.max_body_bytes)", errTooLarge, n.s.MaxBodyBytes)
+}
+
 // only answers 405 in OpenAI's shape to methods other than method. Every
 // answer is written under a write deadline of its own (the server has no
 // WriteTimeout, which would cut streams): a client that does not read is
@@ -177,7 +212,7 @@ func asciiIn(s string, lo, hi byte) bool {
 // answering, which a trickling client never sends.
 func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *http.Request) ([]byte, error) {
 	if r.ContentLength > n.s.MaxBodyBytes {
-		return nil, errTooLarge
+		return nil, n.errTooLarge()
 	}
 	// Deadlines are on the wall clock, whatever clock the node plans with.
 	_ = rc.SetReadDeadline(time.Now().Add(n.s.ReadBody))
@@ -192,7 +227,7 @@ func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *h
 		_ = r.Body.Close()
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, errTooLarge
+			return nil, n.errTooLarge()
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &route.InvalidRequestError{Msg: fmt.Sprintf("could not read the request body: it did not arrive within %s", n.s.ReadBody)}

@@ -129,7 +129,7 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	}
 	switch {
 	case int64(len(in.body)) > limit:
-		return nil, errTooLarge
+		return nil, n.errTooLarge()
 	case len(in.body) == 0:
 		return nil, &route.InvalidRequestError{Msg: "the request body is empty"}
 	}

@@ -75,7 +75,7 @@ func TestPipelineAdmitsOnceForEveryEntry(t *testing.T) {
 			want: verdict{400, "invalid_request", ""}}),
 		t1(pipelineCase{name: "empty body", body: "", want: verdict{400, "invalid_request", "the request body is empty"}}),
 		t1(pipelineCase{name: "body too large", body: chat("gpt-4o-mini", 1)[:40] + strings.Repeat("x", 8<<10) + `"}]}`,
-			want: verdict{413, "request_too_large", "request body too large"}}),
+			want: verdict{413, "request_too_large", "request body too large: this node takes at most 4096 bytes (limits.max_body_bytes)"}}),
 		t1(pipelineCase{name: "too many messages", body: chat("gpt-4o-mini", 4),
 			want: verdict{400, "invalid_request", "(limits.max_messages)"}}),
 		t1(pipelineCase{name: "unknown model", body: chat("nope", 1), want: verdict{404, "model_not_found", ""}}),
