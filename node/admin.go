@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,7 @@ func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []views.MemberInfo{}
+	inRaft := n.raftVoters(r.Context())
 	for _, m := range n.mesh.Members() {
 		rtt := -1.0
 		if m.Self {
@@ -107,12 +109,38 @@ func (n *Node) members(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, views.MemberInfo{
 			Name: m.Name, Region: m.Meta.Region, Jurisdiction: m.Meta.Jurisdiction, Address: m.Addr,
-			HTTP: m.Meta.HTTP, RPC: m.Meta.RPC, State: m.State, Voter: m.Meta.Voter, RTTMillis: rtt,
+			HTTP: m.Meta.HTTP, RPC: m.Meta.RPC, State: m.State, Voter: m.Meta.Voter && (inRaft == nil || inRaft[m.Name] || !gone(m.State)), RTTMillis: rtt,
 			Build: m.Meta.Build, Self: m.Self,
 		})
 	}
 	writeJSON(w, http.StatusOK, views.Members{Members: out})
 }
+
+// raftVoters returns the voters of the Raft configuration, read from
+// any voter within a second; nil when it cannot be read (then gossip's
+// word stands).
+func (n *Node) raftVoters(ctx context.Context) map[string]bool {
+	if n.ledger == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	peers, err := n.ledger.Peers(ctx, false)
+	if err != nil || len(peers) == 0 {
+		return nil
+	}
+	voters := map[string]bool{}
+	for _, p := range peers {
+		if p.Voter {
+			voters[p.ID] = true
+		}
+	}
+	return voters
+}
+
+// gone says whether a member in gossip state s has left the mesh or
+// failed: such a member is a voter only while Raft still has it.
+func gone(s string) bool { return s == "left" || s == "failed" }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -211,7 +239,11 @@ func (n *Node) readLedgerView(w http.ResponseWriter, r *http.Request, what strin
 		n.writeError(w, errNoLedger)
 		return false, false
 	}
-	b, gotLin, err := n.ledger.Client().Read(r.Context(), what, linearizable)
+	var b []byte
+	err := withLeader(r.Context(), func(ctx context.Context) (err error) {
+		b, gotLin, err = n.ledger.Client().Read(ctx, what, linearizable)
+		return err
+	})
 	if err != nil {
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return false, false
@@ -221,6 +253,34 @@ func (n *Node) readLedgerView(w http.ResponseWriter, r *http.Request, what strin
 		return false, false
 	}
 	return gotLin, true
+}
+
+// leaderWait bounds how long an admin read waits for a Raft leader: a
+// single voter elects itself within a couple of seconds of starting, and
+// a read in that time should wait rather than fail.
+const leaderWait = 5 * time.Second
+
+// withLeader runs read, and again while it fails because no leader is
+// known (yet), until it succeeds, leaderWait has passed or ctx ends; the
+// last error is returned.
+func withLeader(ctx context.Context, read func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	pause := 50 * time.Millisecond
+	for {
+		err := read(ctx)
+		if err == nil || !(errors.Is(err, consensus.ErrNoLeader) || errors.Is(err, consensus.ErrNotLeader)) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // setBudget serves PUT /v1/mesh/budgets/{tenant} {"usd": 10, "period": "month"}.
@@ -274,7 +334,11 @@ func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
 		n.writeError(w, errNoLedger)
 		return
 	}
-	peers, err := n.ledger.Peers(r.Context(), false)
+	var peers []consensus.Peer
+	err := withLeader(r.Context(), func(ctx context.Context) (err error) {
+		peers, err = n.ledger.Peers(ctx, false)
+		return err
+	})
 	if err != nil {
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return

@@ -3,6 +3,7 @@ package node_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -46,6 +47,10 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("drain: %v %v", err, resp)
 	}
+	var ack struct{ Phase string }
+	if err := json.NewDecoder(resp.Body).Decode(&ack); err != nil || ack.Phase != "grace" {
+		t.Fatalf("the drain's answer: phase %q (%v), want the phase it started, grace", ack.Phase, err)
+	}
 	resp.Body.Close()
 	if r := mustGet(t, url+"/readyz"); r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz of a draining node: %d, want 503", r.StatusCode)
@@ -66,6 +71,14 @@ func TestDrainHandsOffAndLeaves(t *testing.T) {
 	}
 	t.Logf("the drained node stopped %s after the drain began", time.Since(drainStart).Round(time.Millisecond))
 	awaitLeft(t, others[0], name)
+	// Raft removed it: the members list no longer calls it a voter.
+	var members views.Members
+	getJSON(t, others[0]+"/v1/mesh/members", "", &members)
+	for _, mb := range members.Members {
+		if mb.Name == name && (mb.Voter || mb.State != "left") {
+			t.Fatalf("the drained node, out of Raft, in the members list: %+v", mb)
+		}
+	}
 	t.Logf("the others agree on a new leader and the Raft configuration %s after the drain began", time.Since(drainStart).Round(time.Millisecond))
 	// The mesh still serves.
 	for _, u := range others {

@@ -56,7 +56,13 @@ func (n *Node) Status(ctx context.Context) views.Status {
 // The answer comes at once; GET /v1/mesh/status follows the phases.
 func (n *Node) drain(w http.ResponseWriter, r *http.Request) {
 	n.Drain()
+	// The drain runs in the background and may not have set its first
+	// phase yet: the answer names the phase it started, never serving.
+	phase := n.Phase()
+	if phase == phaseServing {
+		phase = phaseGrace
+	}
 	writeJSON(w, http.StatusAccepted, map[string]any{
-		"node": n.s.Name, "phase": n.Phase(), "grace_s": n.s.DrainGrace.Seconds(), "timeout_s": n.s.DrainTimeout.Seconds(),
+		"node": n.s.Name, "phase": phase, "grace_s": n.s.DrainGrace.Seconds(), "timeout_s": n.s.DrainTimeout.Seconds(),
 	})
 }
