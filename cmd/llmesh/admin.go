@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -54,7 +56,7 @@ func (c *adminClient) do(method, path string, body any, v any) ([]byte, error) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -76,6 +78,17 @@ func (c *adminClient) do(method, path string, body any, v any) ([]byte, error) {
 		}
 	}
 	return raw, nil
+}
+
+// unreachable explains a failed connection: the address tried and how
+// to point the verb elsewhere or start a node there. The url.Error stays
+// in the chain (awaitStopped looks for it).
+func (c *adminClient) unreachable(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("%w\nno node answers at %s: pass -addr with the node's HTTP address, or start one there with `llmesh agent -dev`", err, c.addr)
 }
 
 // verb runs one operator verb with its flags parsed, printing errors.
@@ -138,7 +151,7 @@ func runProviders(args []string, stdout, stderr io.Writer) int {
 			return orJSON(stdout, raw, err)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "PROVIDER\tREGION\tREACH\tJURISDICTIONS\tSTATE\tTTFT\tERRORS\tOBSERVERS\n")
+		fmt.Fprintf(tw, "PROVIDER\tREGION\tREACH\tJURISDICTIONS\tSTATE\tTTFT\tLATENCY\tERRORS\tOBSERVERS\n")
 		for _, p := range doc.Providers {
 			state := "healthy"
 			switch {
@@ -155,8 +168,8 @@ func runProviders(args []string, stdout, stderr io.Writer) int {
 			for _, o := range p.Observers {
 				obs = append(obs, o.Observer)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.0f%%\t%s\n", p.Name, p.Region, p.Reach, p.Jurisdictions, state,
-				millis(p.View.TTFTMillis), 100*p.View.ErrorRate, strings.Join(obs, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f%%\t%s\n", p.Name, p.Region, p.Reach, p.Jurisdictions, state,
+				millis(p.View.TTFTMillis), millis(p.View.LatencyMillis), 100*p.View.ErrorRate, strings.Join(obs, ","))
 		}
 		fmt.Fprintf(tw, "(as seen by %s)\n", doc.Node)
 		return tw.Flush()
