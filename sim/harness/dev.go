@@ -35,20 +35,25 @@ type Dev struct {
 
 // StartDev starts the dev stack's emulators on loopback and returns
 // config.DevConfig completed to use them, listening on httpAddr: a fresh
-// data directory, each provider's base_url and the dev tenant's key.
+// data directory, each provider's base_url and a new dev tenant key.
 func StartDev(httpAddr string) (*Dev, error) {
-	d := &Dev{Emulators: map[string]*emulator.Emulator{}}
+	key, err := NewKey(devKeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	return StartDevKey(httpAddr, key)
+}
+
+// StartDevKey is StartDev with the dev tenant's key given (see DevKey).
+func StartDevKey(httpAddr, key string) (*Dev, error) {
+	d := &Dev{Emulators: map[string]*emulator.Emulator{}, Key: key}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = d.Shutdown(context.Background())
 		}
 	}()
-	key, err := NewKey("sk-llmesh-dev-")
-	if err != nil {
-		return nil, err
-	}
-	d.Key = key
+	var err error
 	if d.dataDir, err = os.MkdirTemp("", "llmesh-dev-*"); err != nil {
 		return nil, err
 	}
