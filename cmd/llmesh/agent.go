@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/harness"
 )
-
-// devKeyFile is where `agent -dev` also writes its tenant key, so that the
-// README's curl works as printed.
-func devKeyFile() string { return filepath.Join(os.TempDir(), "llmesh-dev.key") }
 
 // overrideFlags applies the flags that override the configuration file.
 func overrideFlags(cfg *node.Config, httpAddr, advertise, name string) {
@@ -83,17 +79,14 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	var cfg *node.Config
 	var devStack *harness.Dev
 	if f.dev {
-		addr := f.httpAddr
-		if addr == "" {
-			addr = node.DefaultHTTPAddr
-		}
-		devStack, err = harness.StartDev(addr)
-		if err != nil {
+		if devStack, err = startDevStack(f.httpAddr); err != nil {
 			fmt.Fprintf(stderr, "llmesh agent -dev: %v\n", err)
 			return 1
 		}
 		defer devStack.Shutdown(context.Background())
 		cfg = devStack.Config
+		// A single node's elections are expected: not shown unless asked.
+		logger = slog.New(harness.QuietLogs(logger.Handler()))
 	} else {
 		if cfg, err = node.LoadConfig(f.configPath); err != nil {
 			fmt.Fprintf(stderr, "llmesh agent: %v\n", err)
@@ -125,7 +118,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		printDevBanner(stdout, n.HTTPAddr(), devStack.Key)
+		printDevBanner(stdout, n.HTTPAddr(), devStack.Key, keepDevKey(f.httpAddr, n.HTTPAddr(), devStack.Key, stderr))
 	}
 	serveUntilStopped(ctx, n, reload, f, logger)
 	timeout := n.DrainTimeout()
@@ -169,20 +162,65 @@ func serveUntilStopped(ctx context.Context, n *node.Node, reload <-chan os.Signa
 	}
 }
 
-func printDevBanner(w io.Writer, addr, key string) {
-	keyFile := devKeyFile()
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
-		keyFile = ""
+// startDevStack starts `agent -dev`'s stack listening on httpAddr (the
+// default when empty). On a port given, the dev tenant's key is the one
+// kept in that port's key file (harness.DevKeyFile), made there the
+// first time, so that a restart keeps it; on port 0 the key is new, and
+// keepDevKey writes it once the port is known.
+func startDevStack(httpAddr string) (*harness.Dev, error) {
+	if httpAddr == "" {
+		httpAddr = node.DefaultHTTPAddr
 	}
+	if _, port, err := net.SplitHostPort(httpAddr); err != nil || port == "0" {
+		return harness.StartDev(httpAddr)
+	}
+	key, err := harness.DevKey(harness.DevKeyFile(httpAddr))
+	if err != nil {
+		return nil, err
+	}
+	return harness.StartDevKey(httpAddr, key)
+}
+
+// keepDevKey returns the key file of the dev node serving on addr (asked
+// for on asked), writing key there when the node took a port of the
+// system's choosing; "" when it could not be written.
+func keepDevKey(asked, addr, key string, stderr io.Writer) string {
+	path := harness.DevKeyFile(addr)
+	if _, port, err := net.SplitHostPort(asked); err != nil || port != "0" {
+		return path
+	}
+	if err := harness.WriteDevKey(path, key); err != nil {
+		fmt.Fprintf(stderr, "llmesh agent -dev: %v\n", err)
+		return ""
+	}
+	return path
+}
+
+// printDevBanner says what a dev node serving on addr offers: its API,
+// its dashboard, the tenant key (and the file keeping it, when there is
+// one) and commands to try, each as it runs when pasted.
+func printDevBanner(w io.Writer, addr, key, keyFile string) {
 	fmt.Fprintf(w, "\nllmesh dev agent ready on http://%s\n", addr)
-	fmt.Fprintf(w, "  dev tenant key: %s\n", key)
+	fmt.Fprintf(w, "  API:        http://%s/v1\n  dashboard:  http://%s/ui/\n", addr, addr)
+	bearer := key
 	if keyFile != "" {
-		fmt.Fprintf(w, "  (also written to %s)\n", keyFile)
+		fmt.Fprintf(w, "  dev tenant key: %s\n  key file:   %s (kept: the same key after a restart on this port)\n", key, keyFile)
+		bearer = "$(cat " + keyFile + ")"
+	} else {
+		fmt.Fprintf(w, "  dev tenant key: %s\n", key)
 	}
 	fmt.Fprintf(w, "  providers: openai-us (us), azure-eu (eu), gpu-eu (eu, this region only), together-us (us)\n")
 	fmt.Fprintf(w, "  models: gpt-4o-mini, gpt-4o, llama-3-8b\n\ntry:\n")
-	fmt.Fprintf(w, "  curl -s http://%s/v1/chat/completions -H \"Authorization: Bearer %s\" \\\n", addr, key)
-	fmt.Fprintf(w, "    -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n")
+	fmt.Fprintf(w, "  curl -s http://%s/v1/chat/completions -H \"Authorization: Bearer %s\" \\\n", addr, bearer)
+	fmt.Fprintf(w, "    -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n")
+	flag := ""
+	if addr != node.DefaultHTTPAddr {
+		flag = " -addr http://" + addr
+	}
+	for _, verb := range []string{"status", "providers", "members", "budgets"} {
+		fmt.Fprintf(w, "  llmesh %s%s\n", verb, flag)
+	}
+	fmt.Fprintln(w)
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
 
@@ -28,9 +29,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "llmesh demo: %v\n", err)
 		return 2
 	}
+	// Three nodes electing a leader on start is expected: not shown
+	// unless asked.
+	logger = slog.New(harness.QuietLogs(logger.Handler()))
 	ctx, stop := untilSignal(stderr)
 	defer stop()
-	fmt.Fprintln(stdout, "llmesh demo: starting three nodes (eu-1 in eu-west, us-1 in us-east, ap-1 in ap-south) and seven emulated providers...")
+	fmt.Fprintln(stdout, "llmesh demo: starting three nodes (eu-1 in eu-west, us-1 in us-east, ap-1 in ap-south) and four emulated providers (gpu-eu with three replicas)...")
 	d, err := harness.StartDemo(ctx, *httpAddr, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "llmesh demo: %v\n", err)

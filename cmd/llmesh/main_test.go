@@ -97,9 +97,9 @@ func waitLine(t *testing.T, r *bufio.Reader, re *regexp.Regexp) []string {
 // printed request, and stops the agent with SIGTERM.
 func TestAgentDev(t *testing.T) {
 	cmd, out, stderr := started(t, "agent", "-dev", "-http", "127.0.0.1:0")
-	m := waitLine(t, out, regexp.MustCompile(`ready on (http://127\.0\.0\.1:\d+)`))
-	base := m[1]
-	key, err := os.ReadFile(devKeyFile())
+	m := waitLine(t, out, regexp.MustCompile(`key file: +(\S+)`))
+	base := "http://127.0.0.1:" + regexp.MustCompile(`llmesh-dev-(\d+)\.key$`).FindStringSubmatch(m[1])[1]
+	key, err := os.ReadFile(m[1])
 	if err != nil {
 		t.Fatal(err)
 	}
