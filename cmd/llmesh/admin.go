@@ -248,13 +248,14 @@ func runBudgets(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tPERIOD\tLIMIT\tSETTLED\tRESERVED\tREMAINING\tLEASES")
+	fmt.Fprintln(tw, "TENANT\tPERIOD\tLIMIT\tSETTLED\tRESERVED\tREMAINING\tFORFEITED\tOVERSPENT\tLEASES")
 	for _, b := range doc.Budgets {
 		leases := fmt.Sprint(b.Leases)
 		if b.ExpiredLeases > 0 {
 			leases += fmt.Sprintf(" (%d expired)", b.ExpiredLeases)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t$%.6f\t$%.6f\t$%.6f\t$%.6f\t%s\n", b.Tenant, b.Period, b.LimitUSD, b.SettledUSD, b.ReservedUSD, b.RemainingUSD, leases)
+		fmt.Fprintf(tw, "%s\t%s\t$%.6f\t$%.6f\t$%.6f\t$%.6f\t$%.6f\t$%.6f\t%s\n", b.Tenant, b.Period, b.LimitUSD, b.SettledUSD, b.ReservedUSD,
+			b.RemainingUSD, b.ForfeitedUSD, b.OverspendUSD, leases)
 	}
 	fmt.Fprintf(tw, "(%s read)\n", doc.Consistency)
 	if err := tw.Flush(); err != nil {

@@ -50,6 +50,12 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		if len(st.Unhealthy) > 0 {
 			fmt.Fprintf(tw, "unhealthy providers\t%s\n", strings.Join(st.Unhealthy, ", "))
 		}
+		a := st.Admission
+		fmt.Fprintf(tw, "admission\t%d waiting (at most %d, %s each); %d waited %s in all\n", a.Waiting, a.QueueLimit,
+			seconds(a.MaxWaitSec), a.Waited, seconds(a.WaitedSec))
+		if st.Build != "" {
+			fmt.Fprintf(tw, "build\t%s\n", st.Build)
+		}
 		fmt.Fprintf(tw, "uptime\t%s\n", (time.Duration(st.UptimeSec) * time.Second).String())
 		tw.Flush()
 		if len(st.Leases) > 0 {
@@ -64,9 +70,13 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		if len(st.RateShares) > 0 {
 			fmt.Fprintln(stdout, "\nrate shares held (per minute):")
 			tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  PROVIDER\tREQUESTS\tTOKENS")
+			fmt.Fprintln(tw, "  PROVIDER\tREQUESTS\tTOKENS\tSPARE")
 			for _, r := range st.RateShares {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Provider, perMinute(r.RPM), perMinute(r.TPM))
+				spare := "-"
+				if r.Spare >= 0 {
+					spare = fmt.Sprint(r.Spare)
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Provider, perMinute(r.RPM), perMinute(r.TPM), spare)
 			}
 			tw.Flush()
 		}
@@ -79,6 +89,11 @@ func orNone(s []string) string {
 		return "none"
 	}
 	return strings.Join(s, ", ")
+}
+
+// seconds prints a duration given in seconds, to the millisecond.
+func seconds(v float64) string {
+	return (time.Duration(v * float64(time.Second))).Round(time.Millisecond).String()
 }
 
 func perMinute(v float64) string {
