@@ -40,7 +40,6 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "llmesh demo: %v\n", err)
 		return 1
 	}
-	defer d.Shutdown(context.Background())
 	printDemoMesh(stdout, d)
 	calls := d.Traffic(ctx)
 	printDemoCalls(stdout, calls)
@@ -50,6 +49,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "llmesh demo: draining the three nodes...")
+	d.Shutdown(context.Background())
+	fmt.Fprintln(stdout, "llmesh demo: stopped")
 	return 0
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -214,8 +215,12 @@ func TestDemo(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited, rest := make(chan error, 1), make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(out)
+		rest <- b
+		exited <- cmd.Wait()
+	}()
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -223,6 +228,14 @@ func TestDemo(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the demo did not exit within 30s of SIGINT")
+	}
+	// Quiet from start to stop: the nodes' elections and their closing
+	// connections are not warnings, and the demo says it stopped.
+	if tail := <-rest; !strings.Contains(string(tail), "llmesh demo: stopped") {
+		t.Errorf("no stopped line after the drain:\n%s", tail)
+	}
+	if e := stderr.String(); strings.Contains(e, "level=WARN") || strings.Contains(e, "level=ERROR") {
+		t.Errorf("the demo logged warnings or errors:\n%s", e)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/llmesh/llmesh/node"
@@ -96,7 +95,7 @@ func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Dem
 		if seed != "" {
 			cfg.Node.Join = []string{seed}
 		}
-		nd, err := node.New(cfg, node.Options{Logger: logger.With("node", n[0]), LedgerTuning: DevLedger, Version: "demo"})
+		nd, err := node.New(cfg, node.Options{Logger: logger, LedgerTuning: DevLedger, Version: "demo"})
 		if err != nil {
 			return nil, err
 		}
@@ -290,13 +289,14 @@ func (d *Demo) Traffic(ctx context.Context) []DemoCall {
 	return calls
 }
 
-// Shutdown drains the nodes together, then stops the emulators.
+// Shutdown drains the nodes one after another, the last started first,
+// then stops the emulators. One at a time, each leaves a Raft
+// configuration that still has a quorum to remove it at once; all
+// together, the last voters wait out their leave's bound.
 func (d *Demo) Shutdown(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, n := range d.Nodes {
-		wg.Go(func() { _ = n.Shutdown(ctx) })
+	for i := len(d.Nodes) - 1; i >= 0; i-- {
+		_ = d.Nodes[i].Shutdown(ctx)
 	}
-	wg.Wait()
 	for _, e := range d.emus {
 		_ = e.Shutdown(ctx)
 	}

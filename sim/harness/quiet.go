@@ -9,9 +9,10 @@ import (
 // QuietLogs wraps h for `llmesh agent -dev` and `llmesh demo`: what the
 // Raft and memberlist libraries say below ERROR (a single node's "no
 // known peers, aborting election", elections and heartbeats on start,
-// state changes) is logged at DEBUG, shown with -log-level debug only. On
+// state changes), and their errors of a connection a stopping peer
+// closed, is logged at DEBUG, shown with -log-level debug only. On
 // one machine it is expected, not a thing to act on; the node's own
-// records, and the libraries' errors, keep their level. Agents with a
+// records, and the libraries' other errors, keep their level. Agents with a
 // configuration file do not use it.
 func QuietLogs(h slog.Handler) slog.Handler { return quietHandler{h: h} }
 
@@ -25,7 +26,7 @@ type quietHandler struct {
 func (q quietHandler) Enabled(ctx context.Context, l slog.Level) bool { return q.h.Enabled(ctx, l) }
 
 func (q quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	if q.lib && r.Level < slog.LevelError && isLibraryLine(r.Message) {
+	if q.lib && isLibraryLine(r.Message) && (r.Level < slog.LevelError || isClosing(r.Message)) {
 		if !q.h.Enabled(ctx, slog.LevelDebug) {
 			return nil
 		}
@@ -54,4 +55,10 @@ func (q quietHandler) WithGroup(name string) slog.Handler {
 // own.
 func isLibraryLine(msg string) bool {
 	return strings.HasPrefix(msg, "raft: ") || strings.HasPrefix(msg, "memberlist: ")
+}
+
+// isClosing reports whether a library's error is of a connection closed
+// under it, as when the demo's nodes stop one after another.
+func isClosing(msg string) bool {
+	return strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "connection reset by peer")
 }
