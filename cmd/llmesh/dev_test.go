@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -181,4 +182,34 @@ func TestAgentDevQuietBanner(t *testing.T) {
 		}
 	}
 	a.stop(t)
+}
+
+// stopDemo stops `llmesh demo` with SIGINT, as Ctrl-C does, and checks it
+// exits within 30s quiet from start to stop: the nodes' elections and
+// their closing connections are not warnings, and it says it stopped.
+func stopDemo(t *testing.T, cmd *exec.Cmd, out *bufio.Reader, stderr *bytes.Buffer) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	exited, rest := make(chan error, 1), make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(out)
+		rest <- b
+		exited <- cmd.Wait()
+	}()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("demo exited with %v\n%s", err, stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the demo did not exit within 30s of SIGINT")
+	}
+	if tail := <-rest; !strings.Contains(string(tail), "llmesh demo: stopped") {
+		t.Errorf("no stopped line after the drain:\n%s", tail)
+	}
+	if e := stderr.String(); strings.Contains(e, "level=WARN") || strings.Contains(e, "level=ERROR") {
+		t.Errorf("the demo logged warnings or errors:\n%s", e)
+	}
 }

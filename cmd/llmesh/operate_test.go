@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -212,31 +211,7 @@ func TestDemo(t *testing.T) {
 	if out := runCLI(t, "status", "-addr", usAPI); !strings.Contains(out, "us-1 (us-east, us)") || !strings.Contains(out, "3 alive") {
 		t.Fatalf("status:\n%s", out)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	exited, rest := make(chan error, 1), make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(out)
-		rest <- b
-		exited <- cmd.Wait()
-	}()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("demo exited with %v\n%s", err, stderr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the demo did not exit within 30s of SIGINT")
-	}
-	// Quiet from start to stop: the nodes' elections and their closing
-	// connections are not warnings, and the demo says it stopped.
-	if tail := <-rest; !strings.Contains(string(tail), "llmesh demo: stopped") {
-		t.Errorf("no stopped line after the drain:\n%s", tail)
-	}
-	if e := stderr.String(); strings.Contains(e, "level=WARN") || strings.Contains(e, "level=ERROR") {
-		t.Errorf("the demo logged warnings or errors:\n%s", e)
-	}
+	stopDemo(t, cmd, out, stderr)
 }
 
 // SIGHUP reloads providers from the file: a provider added to it takes
