@@ -108,6 +108,7 @@ func printDemoTry(w io.Writer, d *harness.Demo) {
 	fmt.Fprintf(w, "  curl -si http://%s/v1/chat/completions -H \"Authorization: Bearer %s\" \\\n", us, acme.Key)
 	fmt.Fprintf(w, "    -H 'Content-Type: application/json' -d '{\"model\":\"llama-3-8b\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}' | grep -i '^x-llmesh\\|content'\n")
 	fmt.Fprintf(w, "  llmesh status -addr http://%s\n  llmesh members -addr http://%s\n  llmesh budgets -addr http://%s\n", us, us, us)
+	fmt.Fprintf(w, "Dashboard: http://%s/ui/ (any node's)\n", d.Nodes[0].HTTPAddr())
 	fmt.Fprintf(w, "Keys: %s\n\n", strings.Join(func() []string {
 		var out []string
 		for _, t := range d.Tenants {

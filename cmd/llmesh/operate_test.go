@@ -208,6 +208,9 @@ func TestDemo(t *testing.T) {
 	if usAPI == "" {
 		t.Fatal("no address for us-1")
 	}
+	if !strings.Contains(text, "/ui/") {
+		t.Error("the demo does not print the dashboard's URL")
+	}
 	if out := runCLI(t, "status", "-addr", usAPI); !strings.Contains(out, "us-1 (us-east, us)") || !strings.Contains(out, "3 alive") {
 		t.Fatalf("status:\n%s", out)
 	}
