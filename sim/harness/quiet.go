@@ -10,7 +10,7 @@ import (
 // Raft and memberlist libraries say below ERROR (a single node's "no
 // known peers, aborting election", elections and heartbeats on start,
 // state changes), and their errors of a connection a stopping peer
-// closed, is logged at DEBUG, shown with -log-level debug only. On
+// closed or of a leader deposed by an election, is logged at DEBUG, shown with -log-level debug only. On
 // one machine it is expected, not a thing to act on; the node's own
 // records, and the libraries' other errors, keep their level. Agents with a
 // configuration file do not use it.
@@ -57,8 +57,16 @@ func isLibraryLine(msg string) bool {
 	return strings.HasPrefix(msg, "raft: ") || strings.HasPrefix(msg, "memberlist: ")
 }
 
-// isClosing reports whether a library's error is of a connection closed
-// under it, as when the demo's nodes stop one after another.
+// isClosing reports whether a library's error is one that nodes sharing
+// one machine cause and heal by themselves: a connection closed under it
+// or refused, as when the demo's nodes stop one after another, or a
+// leader deposed by a newer term, as when a busy machine delays its
+// heartbeats and a voter starts an election.
 func isClosing(msg string) bool {
-	return strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "connection reset by peer")
+	for _, s := range []string{"use of closed network connection", "connection reset by peer", "connection refused", "peer has newer term"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
