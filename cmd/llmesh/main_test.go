@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/sim/harness/wait"
-	"go.uber.org/goleak"
 )
 
 var binary string
@@ -35,7 +34,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	// The run fails if a goroutine the tests started outlives them.
-	code := wait.Run(m, 10*time.Second, func() error { return goleak.Find() })
+	code := wait.NoLeaks(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

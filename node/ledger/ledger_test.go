@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/region"
@@ -23,7 +21,7 @@ import (
 
 // TestMain fails the run if a goroutine the tests started outlives them.
 func TestMain(m *testing.M) {
-	os.Exit(wait.Run(m, 10*time.Second, func() error { return goleak.Find() }))
+	os.Exit(wait.NoLeaks(m))
 }
 
 func testCatalog(t *testing.T) *route.Catalog {

@@ -14,13 +14,12 @@ import (
 
 	"github.com/llmesh/llmesh/route"
 	"github.com/llmesh/llmesh/sim/harness/wait"
-	"go.uber.org/goleak"
 )
 
 // TestMain fails the run if goroutines of the emulator, of an HTTP server
 // or of an HTTP client connection outlive the tests.
 func TestMain(m *testing.M) {
-	os.Exit(wait.Run(m, 10*time.Second, func() error { return goleak.Find() }))
+	os.Exit(wait.NoLeaks(m))
 }
 
 // testTokenizer is shared by the tests' emulators and checks: loading one

@@ -12,13 +12,12 @@ import (
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness"
 	"github.com/llmesh/llmesh/sim/harness/wait"
-	"go.uber.org/goleak"
 )
 
 // TestMain fails the run if a goroutine the tests started outlives them:
 // everything the kit starts must stop when its test ends.
 func TestMain(m *testing.M) {
-	os.Exit(wait.Run(m, 10*time.Second, func() error { return goleak.Find() }))
+	os.Exit(wait.NoLeaks(m))
 }
 
 const kitKey = "sk-kit-0123456789abcdef"

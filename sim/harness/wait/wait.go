@@ -1,7 +1,7 @@
 // Package wait waits in tests for a condition to hold, with a deadline,
-// in place of fixed sleeps. It imports only the standard library, so
-// that every package's tests, internal ones included, can use it without
-// an import cycle.
+// in place of fixed sleeps. It imports no project package (only the
+// standard library and goleak), so that every package's tests, internal
+// ones included, can use it without an import cycle.
 package wait
 
 import (
@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Interval is how often For and Until poll their condition.
@@ -82,6 +84,17 @@ func (p Poller) Within(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// LeakWindow is how long after its tests NoLeaks lets goroutines wind
+// down before it counts them as leaked.
+const LeakWindow = 10 * time.Second
+
+// NoLeaks runs m's tests and then fails the run if a goroutine they
+// started outlives them by more than LeakWindow: the TestMain of every
+// package that starts goroutines is os.Exit(wait.NoLeaks(m)).
+func NoLeaks(m interface{ Run() int }) int {
+	return Run(m, LeakWindow, func() error { return goleak.Find() })
 }
 
 // Run runs m's tests (a *testing.M) and, if they pass, polls check until it returns nil
