@@ -41,6 +41,8 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/tenants/{tenant}/keys", n.only(http.MethodPost, n.admin(n.addTenantKey)))
 	mux.HandleFunc("/v1/mesh/tenants/{tenant}/revoke", n.only(http.MethodPost, n.admin(n.revokeTenantKeys)))
 	mux.HandleFunc("/v1/mesh/decisions", n.only(http.MethodGet, n.admin(n.decisionsHandler)))
+	mux.HandleFunc("/v1/mesh/series", n.only(http.MethodGet, n.admin(n.seriesHandler)))
+	mux.HandleFunc("/v1/mesh/observe", n.only(http.MethodGet, n.admin(n.observeHandler)))
 	mux.HandleFunc("/v1/route/explain", n.only(http.MethodPost, n.explain))
 	n.uiRoutes(mux)
 	// Go's profiles, for the operator: CPU, heap, allocations, goroutines,

@@ -103,7 +103,8 @@ func TestEveryAdminEndpointNeedsTheToken(t *testing.T) {
 	}{
 		{"GET", "/v1/mesh/members", false}, {"GET", "/v1/mesh/providers", false}, {"GET", "/v1/mesh/budgets", false},
 		{"GET", "/v1/mesh/raft/peers", false}, {"GET", "/v1/mesh/status", false}, {"GET", "/v1/mesh/decisions", false},
-		{"GET", "/v1/mesh/tenants", false}, {"GET", "/debug/pprof/", false}, {"GET", "/debug/pprof/cmdline", false},
+		{"GET", "/v1/mesh/tenants", false}, {"GET", "/v1/mesh/series", false}, {"GET", "/v1/mesh/observe", false},
+		{"GET", "/debug/pprof/", false}, {"GET", "/debug/pprof/cmdline", false},
 		{"POST", "/v1/mesh/join", false}, {"POST", "/v1/mesh/budgets/forfeit", false}, {"PUT", "/v1/mesh/budgets/t1", false},
 		{"POST", "/v1/mesh/tenants/t1/keys", false}, {"POST", "/v1/mesh/tenants/t1/revoke", false},
 		{"POST", "/v1/route/explain", false},

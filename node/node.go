@@ -22,6 +22,7 @@ import (
 	"github.com/llmesh/llmesh/node/ledger"
 	"github.com/llmesh/llmesh/node/metrics"
 	"github.com/llmesh/llmesh/node/probe"
+	"github.com/llmesh/llmesh/node/series"
 	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/node/tracing"
 	"github.com/llmesh/llmesh/route"
@@ -94,6 +95,7 @@ type Node struct {
 	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *probe.Prober
 	decided    decisions.Ring  // the last routing decisions, for the dashboard
+	traffic    *series.Ring    // the last minutes of traffic per second, for the dashboard
 	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
 	audit      *audit.Log      // nil when audit.disabled
 	perTenant  sync.Map        // tenant name → *atomic.Int64: its requests in flight here
@@ -133,6 +135,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		red:        red,
 		reg:        opts.Registry,
 		metrics:    metrics.New(opts.Registry),
+		traffic:    series.New(),
 		now:        opts.Clock,
 		version:    opts.Version,
 		cfg:        cfg,

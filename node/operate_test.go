@@ -32,17 +32,27 @@ func TestProviderViewShowsLatencyAndTTFT(t *testing.T) {
 }
 
 // A single voter with Raft's own timings: budgets, read through the
-// leader, answer as soon as the node is ready, waiting for its election
-// rather than failing with 503.
+// leader, answer as soon as the node is ready, and a budget set at once
+// is written, each waiting for the election rather than failing with 503.
 func TestBudgetsRightAfterSingleVoterStarts(t *testing.T) {
-	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) {
+	voter := func(c *node.Config) {
 		c.Node.Voter, c.Node.BootstrapExpect = true, 1
 		c.Node.Raft, c.Node.RPC = "127.0.0.1:0", "127.0.0.1:0"
 		c.Node.DataDir = t.TempDir()
-	})
+	}
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, voter)
 	resp := mustGet(t, f.url+"/v1/mesh/budgets")
 	if body := readAll(t, resp.Body); resp.StatusCode != http.StatusOK {
 		t.Fatalf("budgets right after start: %s %s", resp.Status, body)
+	}
+	g := startNode(t, []upstream{{name: "p", kind: "openai"}}, voter)
+	req, _ := http.NewRequest(http.MethodPut, g.url+"/v1/mesh/budgets/t1", strings.NewReader(`{"usd": 5, "period": "day"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp.Body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("setting a budget right after start: %s %s", resp.Status, body)
 	}
 }
 

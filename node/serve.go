@@ -173,6 +173,7 @@ func (n *Node) admitAgain(ctx context.Context, req *route.Request, err error) (t
 func (n *Node) account(e decisions.Decision, sp *tracing.Span) {
 	e.Took = n.now().Sub(e.At)
 	n.decided.Record(e)
+	n.recordTraffic(&e)
 	n.auditDecision(&e)
 	res, model, provider := e.Result, e.Model, e.Provider
 	n.metrics.Answered(metrics.Request{Tenant: e.Tenant, Model: model, Provider: provider, Status: e.Status, Stream: e.Stream, Took: e.Took, Result: res})

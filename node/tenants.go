@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -103,7 +104,15 @@ func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, bo
 		return
 	}
 	b, _ := json.Marshal(body)
-	res, err := n.ledger.Client().Apply(r.Context(), consensus.Command{ID: newCommandID(n.s.Name), Type: typ, Body: b})
+	// Right after a start no leader may be known yet: the write waits for
+	// one as a read does. Retrying is safe, as a command that found no
+	// leader was not applied (and one id is applied once).
+	cmd := consensus.Command{ID: newCommandID(n.s.Name), Type: typ, Body: b}
+	var res consensus.Result
+	err := withLeader(r.Context(), func(ctx context.Context) (err error) {
+		res, err = n.ledger.Client().Apply(ctx, cmd)
+		return err
+	})
 	switch {
 	case err != nil:
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))

@@ -85,7 +85,7 @@ func TestDashboardSession(t *testing.T) {
 	if page := readAll(t, resp.Body); !strings.Contains(page, "app.js") || resp.Header.Get("Content-Security-Policy") == "" {
 		t.Fatalf("dashboard: %s", page)
 	}
-	for _, path := range []string{"/v1/mesh/status", "/v1/mesh/members", "/v1/mesh/providers", "/v1/mesh/decisions", "/ui/app.js"} {
+	for _, path := range []string{"/v1/mesh/status", "/v1/mesh/members", "/v1/mesh/providers", "/v1/mesh/decisions", "/v1/mesh/observe", "/ui/app.js", "/ui/mesh.js"} {
 		resp, err := c.Get(f.url + path)
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +94,7 @@ func TestDashboardSession(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s with the session: %d", path, resp.StatusCode)
 		}
-		if resp, _ := anon.Get(f.url + path); resp != nil && path != "/ui/app.js" && resp.StatusCode != 401 {
+		if resp, _ := anon.Get(f.url + path); resp != nil && !strings.HasPrefix(path, "/ui/") && resp.StatusCode != 401 {
 			t.Fatalf("%s without a session: %d", path, resp.StatusCode)
 		}
 	}
@@ -175,6 +175,27 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WaitVisible(`tr[data-tenant="acme-eu"]`))
 	run("the Raft leader", 20*time.Second, until(`/leader: (?!none)/.test(document.querySelector("#raft").textContent)`))
 	t.Logf("%s", text(`#raft`))
+
+	// The map: three regions holding their nodes and providers. Traffic
+	// the us node forwards to eu-1 draws an arrow between them, and the
+	// charts (the whole mesh's, gathered by eu-1 over gRPC) have data, as
+	// do the decisions of us-1 shown on eu-1's page.
+	run("the mesh map", 20*time.Second,
+		until(`document.querySelectorAll("#map g.region").length === 3`),
+		chromedp.WaitVisible(`#map g.region[data-region="ap-south"] g.node[data-node="ap-1"][data-state="alive"]`),
+		chromedp.WaitVisible(`#map g.region[data-region="eu-west"] g.provider[data-provider="gpu-eu"]`))
+	for range 5 {
+		if resp := postAs(t, f.urls["us"], euKey, hello); resp.StatusCode != 200 {
+			t.Fatalf("eu tenant at us: %s", resp.Status)
+		}
+	}
+	run("forwarding on the map, charts with data, the mesh's decisions", 20*time.Second,
+		chromedp.WaitVisible(`#map g.edge[data-from="us-1"][data-to="eu-1"]`),
+		until(`Number(document.querySelector("#chart-requests")?.dataset.points) > 0`),
+		until(`Number(document.querySelector("#chart-cost")?.dataset.points) > 0`),
+		chromedp.WaitVisible(`#chart-latency path[data-key="gpu-eu"]`),
+		chromedp.WaitVisible(`tr[data-request][data-at="us-1"]`))
+	t.Logf("map: %s; requests chart: %s points", text(`#map-summary`), eval[string](br, `document.querySelector("#chart-requests").dataset.points`))
 
 	// gpu-ap is only reachable in ap-south: ap-1's probes find it down,
 	// and eu-1's dashboard learns of it through gossip.

@@ -25,6 +25,102 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ObserveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decisions     int32                  `protobuf:"varint,1,opt,name=decisions,proto3" json:"decisions,omitempty"` // how many of the last decisions, at most 256
+	Seconds       int32                  `protobuf:"varint,2,opt,name=seconds,proto3" json:"seconds,omitempty"`     // how many seconds of the series, at most 600
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_mesh_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_mesh_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ObserveRequest) GetDecisions() int32 {
+	if x != nil {
+		return x.Decisions
+	}
+	return 0
+}
+
+func (x *ObserveRequest) GetSeconds() int32 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+type ObserveReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Observation   []byte                 `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"` // views.Observation as JSON
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveReply) Reset() {
+	*x = ObserveReply{}
+	mi := &file_mesh_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveReply) ProtoMessage() {}
+
+func (x *ObserveReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveReply.ProtoReflect.Descriptor instead.
+func (*ObserveReply) Descriptor() ([]byte, []int) {
+	return file_mesh_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ObserveReply) GetObservation() []byte {
+	if x != nil {
+		return x.Observation
+	}
+	return nil
+}
+
 type ForwardRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Origin    string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`                        // the node the client called
@@ -53,7 +149,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_mesh_proto_msgTypes[0]
+	mi := &file_mesh_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -65,7 +161,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[0]
+	mi := &file_mesh_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -78,7 +174,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{0}
+	return file_mesh_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ForwardRequest) GetOrigin() string {
@@ -165,7 +261,7 @@ type ForwardReply struct {
 
 func (x *ForwardReply) Reset() {
 	*x = ForwardReply{}
-	mi := &file_mesh_proto_msgTypes[1]
+	mi := &file_mesh_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +273,7 @@ func (x *ForwardReply) String() string {
 func (*ForwardReply) ProtoMessage() {}
 
 func (x *ForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[1]
+	mi := &file_mesh_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +286,7 @@ func (x *ForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
 func (*ForwardReply) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{1}
+	return file_mesh_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForwardReply) GetPart() isForwardReply_Part {
@@ -262,7 +358,7 @@ type Head struct {
 
 func (x *Head) Reset() {
 	*x = Head{}
-	mi := &file_mesh_proto_msgTypes[2]
+	mi := &file_mesh_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +370,7 @@ func (x *Head) String() string {
 func (*Head) ProtoMessage() {}
 
 func (x *Head) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[2]
+	mi := &file_mesh_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +383,7 @@ func (x *Head) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Head.ProtoReflect.Descriptor instead.
 func (*Head) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{2}
+	return file_mesh_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Head) GetStatus() int32 {
@@ -321,7 +417,7 @@ type Trailer struct {
 
 func (x *Trailer) Reset() {
 	*x = Trailer{}
-	mi := &file_mesh_proto_msgTypes[3]
+	mi := &file_mesh_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +429,7 @@ func (x *Trailer) String() string {
 func (*Trailer) ProtoMessage() {}
 
 func (x *Trailer) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[3]
+	mi := &file_mesh_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +442,7 @@ func (x *Trailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trailer.ProtoReflect.Descriptor instead.
 func (*Trailer) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{3}
+	return file_mesh_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Trailer) GetProvider() string {
@@ -410,7 +506,12 @@ var File_mesh_proto protoreflect.FileDescriptor
 const file_mesh_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"mesh.proto\x12\tllmesh.v1\"\x9e\x02\n" +
+	"mesh.proto\x12\tllmesh.v1\"H\n" +
+	"\x0eObserveRequest\x12\x1c\n" +
+	"\tdecisions\x18\x01 \x01(\x05R\tdecisions\x12\x18\n" +
+	"\aseconds\x18\x02 \x01(\x05R\aseconds\"0\n" +
+	"\fObserveReply\x12 \n" +
+	"\vobservation\x18\x01 \x01(\fR\vobservation\"\x9e\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -444,9 +545,10 @@ const file_mesh_proto_rawDesc = "" +
 	"\attft_ns\x18\x06 \x01(\x03R\x06ttftNs\x12\x1c\n" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\b \x01(\tR\terrorCode2G\n" +
+	"error_code\x18\b \x01(\tR\terrorCode2\x86\x01\n" +
 	"\x04Mesh\x12?\n" +
-	"\aForward\x12\x19.llmesh.v1.ForwardRequest\x1a\x17.llmesh.v1.ForwardReply0\x01B&Z$github.com/llmesh/llmesh/proto;protob\x06proto3"
+	"\aForward\x12\x19.llmesh.v1.ForwardRequest\x1a\x17.llmesh.v1.ForwardReply0\x01\x12=\n" +
+	"\aObserve\x12\x19.llmesh.v1.ObserveRequest\x1a\x17.llmesh.v1.ObserveReplyB&Z$github.com/llmesh/llmesh/proto;protob\x06proto3"
 
 var (
 	file_mesh_proto_rawDescOnce sync.Once
@@ -460,22 +562,26 @@ func file_mesh_proto_rawDescGZIP() []byte {
 	return file_mesh_proto_rawDescData
 }
 
-var file_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_mesh_proto_goTypes = []any{
-	(*ForwardRequest)(nil), // 0: llmesh.v1.ForwardRequest
-	(*ForwardReply)(nil),   // 1: llmesh.v1.ForwardReply
-	(*Head)(nil),           // 2: llmesh.v1.Head
-	(*Trailer)(nil),        // 3: llmesh.v1.Trailer
-	nil,                    // 4: llmesh.v1.Head.HeadersEntry
+	(*ObserveRequest)(nil), // 0: llmesh.v1.ObserveRequest
+	(*ObserveReply)(nil),   // 1: llmesh.v1.ObserveReply
+	(*ForwardRequest)(nil), // 2: llmesh.v1.ForwardRequest
+	(*ForwardReply)(nil),   // 3: llmesh.v1.ForwardReply
+	(*Head)(nil),           // 4: llmesh.v1.Head
+	(*Trailer)(nil),        // 5: llmesh.v1.Trailer
+	nil,                    // 6: llmesh.v1.Head.HeadersEntry
 }
 var file_mesh_proto_depIdxs = []int32{
-	2, // 0: llmesh.v1.ForwardReply.head:type_name -> llmesh.v1.Head
-	3, // 1: llmesh.v1.ForwardReply.trailer:type_name -> llmesh.v1.Trailer
-	4, // 2: llmesh.v1.Head.headers:type_name -> llmesh.v1.Head.HeadersEntry
-	0, // 3: llmesh.v1.Mesh.Forward:input_type -> llmesh.v1.ForwardRequest
-	1, // 4: llmesh.v1.Mesh.Forward:output_type -> llmesh.v1.ForwardReply
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
+	4, // 0: llmesh.v1.ForwardReply.head:type_name -> llmesh.v1.Head
+	5, // 1: llmesh.v1.ForwardReply.trailer:type_name -> llmesh.v1.Trailer
+	6, // 2: llmesh.v1.Head.headers:type_name -> llmesh.v1.Head.HeadersEntry
+	2, // 3: llmesh.v1.Mesh.Forward:input_type -> llmesh.v1.ForwardRequest
+	0, // 4: llmesh.v1.Mesh.Observe:input_type -> llmesh.v1.ObserveRequest
+	3, // 5: llmesh.v1.Mesh.Forward:output_type -> llmesh.v1.ForwardReply
+	1, // 6: llmesh.v1.Mesh.Observe:output_type -> llmesh.v1.ObserveReply
+	5, // [5:7] is the sub-list for method output_type
+	3, // [3:5] is the sub-list for method input_type
 	3, // [3:3] is the sub-list for extension type_name
 	3, // [3:3] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
@@ -486,7 +592,7 @@ func file_mesh_proto_init() {
 	if File_mesh_proto != nil {
 		return
 	}
-	file_mesh_proto_msgTypes[1].OneofWrappers = []any{
+	file_mesh_proto_msgTypes[3].OneofWrappers = []any{
 		(*ForwardReply_Head)(nil),
 		(*ForwardReply_Data)(nil),
 		(*ForwardReply_Trailer)(nil),
@@ -497,7 +603,7 @@ func file_mesh_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_proto_rawDesc), len(file_mesh_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Mesh_Forward_FullMethodName = "/llmesh.v1.Mesh/Forward"
+	Mesh_Observe_FullMethodName = "/llmesh.v1.Mesh/Observe"
 )
 
 // MeshClient is the client API for Mesh service.
@@ -38,6 +39,12 @@ type MeshClient interface {
 	// as Data, and a Trailer. Cancelling the call stops the upstream call.
 	// The receiving node re-checks the tenant and the residency itself.
 	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ForwardReply], error)
+	// Observe returns what this node's dashboard shows of it: its last
+	// routing decisions, its rate shares and its per-second series, as the
+	// JSON document views.Observation (the admin API's field names). The
+	// node serving a dashboard gathers every peer's, so that the page
+	// shows the mesh and the browser calls one node only.
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveReply, error)
 }
 
 type meshClient struct {
@@ -67,6 +74,16 @@ func (c *meshClient) Forward(ctx context.Context, in *ForwardRequest, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Mesh_ForwardClient = grpc.ServerStreamingClient[ForwardReply]
 
+func (c *meshClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObserveReply)
+	err := c.cc.Invoke(ctx, Mesh_Observe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeshServer is the server API for Mesh service.
 // All implementations must embed UnimplementedMeshServer
 // for forward compatibility.
@@ -79,6 +96,12 @@ type MeshServer interface {
 	// as Data, and a Trailer. Cancelling the call stops the upstream call.
 	// The receiving node re-checks the tenant and the residency itself.
 	Forward(*ForwardRequest, grpc.ServerStreamingServer[ForwardReply]) error
+	// Observe returns what this node's dashboard shows of it: its last
+	// routing decisions, its rate shares and its per-second series, as the
+	// JSON document views.Observation (the admin API's field names). The
+	// node serving a dashboard gathers every peer's, so that the page
+	// shows the mesh and the browser calls one node only.
+	Observe(context.Context, *ObserveRequest) (*ObserveReply, error)
 	mustEmbedUnimplementedMeshServer()
 }
 
@@ -91,6 +114,9 @@ type UnimplementedMeshServer struct{}
 
 func (UnimplementedMeshServer) Forward(*ForwardRequest, grpc.ServerStreamingServer[ForwardReply]) error {
 	return status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedMeshServer) Observe(context.Context, *ObserveRequest) (*ObserveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedMeshServer) mustEmbedUnimplementedMeshServer() {}
 func (UnimplementedMeshServer) testEmbeddedByValue()              {}
@@ -124,13 +150,36 @@ func _Mesh_Forward_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Mesh_ForwardServer = grpc.ServerStreamingServer[ForwardReply]
 
+func _Mesh_Observe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ObserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeshServer).Observe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mesh_Observe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeshServer).Observe(ctx, req.(*ObserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mesh_ServiceDesc is the grpc.ServiceDesc for Mesh service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Mesh_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "llmesh.v1.Mesh",
 	HandlerType: (*MeshServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Observe",
+			Handler:    _Mesh_Observe_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Forward",

@@ -2,13 +2,15 @@
 // (Forwarder, route.Forwarder over gRPC to a via node, with one
 // connection per peer), the receiving side (Service, the Mesh service's
 // transport, which hands each forward to a ServeFunc) and the gossip
-// view both read (View, route.MeshView and route.SpareView).
+// view both read (View, route.MeshView and route.SpareView), and the
+// dashboard's admin read over the same connections (Observe, Gather).
 //
 // It owns the framing only: a head with the answer's status and headers,
 // the data as it flows, a trailer with what was served or the refusal's
 // error code. Admission — the tenant, the limits, the residency narrowed
 // at every hop — is the ServeFunc's (node's pipeline); this package must
-// not repeat it. It imports route, gossip, region and proto, never node.
+// not repeat it. It imports route, gossip, region, proto and node/views,
+// never node.
 package forward
 
 import (

@@ -44,7 +44,7 @@ func startPeer(t *testing.T, serve ServeFunc) *peer {
 		p.got, p.meta = append(p.got, in), append(p.meta, meta)
 		p.mu.Unlock()
 		return serve(ctx, in, meta, sink)
-	}, p.received))
+	}, nil, p.received))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return p

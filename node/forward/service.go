@@ -46,15 +46,16 @@ type ServeFunc func(ctx context.Context, in *pb.ForwardRequest, meta Meta, sink 
 // trailer, what was served or the refusal's error code.
 type Service struct {
 	pb.UnimplementedMeshServer
-	serve ServeFunc
+	serve   ServeFunc
+	observe ObserveFunc
 	// received counts the forwards that reached this node.
 	received prometheus.Counter
 }
 
-// NewService returns the Mesh service serving forwards with serve;
-// received counts them.
-func NewService(serve ServeFunc, received prometheus.Counter) *Service {
-	return &Service{serve: serve, received: received}
+// NewService returns the Mesh service serving forwards with serve
+// (received counts them) and observations with observe.
+func NewService(serve ServeFunc, observe ObserveFunc, received prometheus.Counter) *Service {
+	return &Service{serve: serve, observe: observe, received: received}
 }
 
 // Forward implements pb.MeshServer.

@@ -38,6 +38,14 @@ func (l *Ledger) Status(ctx context.Context, now time.Time) Status {
 			SpentUSD: hl.Spent.USD(), InflightUSD: hl.Inflight.USD(), ExpiresSec: max(hl.Expires.Sub(now).Seconds(), 0)})
 	}
 	st.Waiting = l.budgets.Waiting()
+	st.RateShares = l.RateShares(now)
+	return st
+}
+
+// RateShares are this node's shares of the providers' rates at now, by
+// provider; -1 stands for no limit. It reads local state only.
+func (l *Ledger) RateShares(now time.Time) []views.RateShareInfo {
+	out := []views.RateShareInfo{}
 	spare := map[string]int{}
 	for _, s := range l.rates.Spares(now) {
 		spare[s.Provider] = s.Requests
@@ -53,8 +61,8 @@ func (l *Ledger) Status(ctx context.Context, now time.Time) Status {
 		if math.IsInf(info.TPM, 0) {
 			info.TPM = -1
 		}
-		st.RateShares = append(st.RateShares, info)
+		out = append(out, info)
 	}
-	slices.SortFunc(st.RateShares, func(a, b views.RateShareInfo) int { return strings.Compare(a.Provider, b.Provider) })
-	return st
+	slices.SortFunc(out, func(a, b views.RateShareInfo) int { return strings.Compare(a.Provider, b.Provider) })
+	return out
 }

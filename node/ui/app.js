@@ -1,7 +1,9 @@
-// llmesh dashboard: polls this node's admin API and renders the mesh as
-// this node sees it. Everything shown comes from the same endpoints
-// `llmesh status`, `members`, `providers` and `budgets` read; nothing here
-// writes. Text from the mesh (names, errors) is always escaped.
+// llmesh dashboard: polls this node's admin API and renders the mesh.
+// Members, providers and budgets are what `llmesh status`, `members`,
+// `providers` and `budgets` read; decisions, rate shares and the series
+// behind the map and charts (mesh.js) come from GET /v1/mesh/observe,
+// which this node gathers from every peer. Nothing here writes. Text
+// from the mesh (names, errors) is always escaped.
 "use strict";
 
 const every = Math.max(0.5, Number(new URLSearchParams(location.search).get("every")) || 2) * 1000;
@@ -160,13 +162,17 @@ function renderBudgets(budgets, err) {
   $("#budgets-summary").textContent = `${budgets.length} tenants with a budget`;
 }
 
-function renderShares(shares) {
+// renderShares lists every node's rate shares, node by node.
+function renderShares(observations) {
   const per = (v) => (v < 0 ? "unlimited" : Math.floor(v).toLocaleString());
+  const shares = observations.flatMap((o) => (o.rate_shares || []).map((s) => ({ node: o.node, ...s })));
   $("#shares tbody").innerHTML =
-    shares.filter((s) => matches(s.provider)).map((s) =>
-      `<tr><td>${esc(s.provider)}</td><td class="num">${per(s.rpm)}</td><td class="num">${per(s.tpm)}</td>
-        <td class="num">${s.spare < 0 ? "" : s.spare.toLocaleString()}</td></tr>`).join("") ||
-    `<tr><td colspan="4" class="muted">${shares.length ? "no rate share matches" : "no rate-limited provider"}</td></tr>`;
+    shares.filter((s) => matches(`${s.node} ${s.provider}`)).map((s) =>
+      `<tr data-share="${esc(s.node)}/${esc(s.provider)}"><td>${esc(s.node)}</td><td>${esc(s.provider)}</td><td class="num">${per(s.rpm)}</td>
+        <td class="num">${per(s.tpm)}</td><td class="num">${s.spare < 0 ? "" : s.spare.toLocaleString()}</td></tr>`).join("") ||
+    `<tr><td colspan="5" class="muted">${shares.length ? "no rate share matches" : "no rate-limited provider"}</td></tr>`;
+  const unread = observations.filter((o) => o.error).map((o) => `${o.node}: ${o.error}`);
+  $("#unread").textContent = unread.length ? "Not read from every node: " + unread.join("; ") : "";
 }
 
 function renderAdmission(a) {
@@ -176,20 +182,24 @@ function renderAdmission(a) {
     `${a.waited_total.toLocaleString()} requests waited since start${mean}, each at most ${a.max_wait_s} s.`;
 }
 
-function renderDecisions(decisions) {
+// renderDecisions lists every node's last decisions, newest first; a
+// forwarded request shows at both ends.
+function renderDecisions(observations) {
+  const decisions = observations.flatMap((o) => (o.decisions || []).map((d) => ({ node: o.node, ...d })))
+    .sort((a, b) => b.time.localeCompare(a.time)).slice(0, 200);
   const rows = decisions
-    .filter((d) => matches(`${d.request_id} ${d.tenant} ${d.model} ${d.provider || ""} ${d.via || ""} ${d.outcome} ${d.why}`))
+    .filter((d) => matches(`${d.node} ${d.request_id} ${d.tenant} ${d.model} ${d.provider || ""} ${d.via || ""} ${d.outcome} ${d.why}`))
     .filter((d) => !$("#problems").checked || d.outcome !== "ok")
     .map((d) => {
       const t = new Date(d.time).toLocaleTimeString();
       const via = d.via || (d.forwarded_by ? `from ${d.forwarded_by}` : "");
-      return `<tr data-request="${esc(d.request_id)}"><td>${esc(t)}</td><td class="muted">${esc(d.request_id)}</td><td>${esc(d.tenant)}</td>
+      return `<tr data-request="${esc(d.request_id)}" data-at="${esc(d.node)}"><td>${esc(t)}</td><td>${esc(d.node)}</td><td class="muted">${esc(d.request_id)}</td><td>${esc(d.tenant)}</td>
         <td>${esc(d.model)}</td><td>${esc(d.provider || "")}${d.replica ? ` <span class="muted">${esc(d.replica)}</span>` : ""}</td>
         <td>${esc(via)}</td><td class="num">${d.status}</td><td>${badge(d.outcome)}</td><td class="num">${d.ms}</td>
         <td class="num">${d.cost_usd ? usd(d.cost_usd) : ""}</td><td class="why">${esc(d.why)}</td></tr>`;
     });
   $("#decisions tbody").innerHTML = rows.join("") ||
-    `<tr><td colspan="11" class="muted">${decisions.length ? "no decision matches" : "no request yet"}</td></tr>`;
+    `<tr><td colspan="12" class="muted">${decisions.length ? "no decision matches" : "no request yet"}</td></tr>`;
 }
 
 let last = null; // the last data fetched, so the filter re-renders at once
@@ -197,31 +207,33 @@ let last = null; // the last data fetched, so the filter re-renders at once
 function render() {
   if (!last) return;
   const began = performance.now();
-  const { status, members, peers, providers, budgets, budgetsErr, decisions } = last;
+  const { status, members, peers, providers, budgets, budgetsErr, observed } = last;
   document.querySelectorAll(".self-name").forEach((e) => (e.textContent = status.node));
   $("#self").innerHTML = `${esc(status.node)} · ${esc(status.region)} (${esc(status.jurisdiction)}) · ${badge(status.phase)} · ` +
     `${esc(status.role)}${status.raft ? " " + esc(status.raft) : ""} · leader ${esc(status.leader || "none")} · ${status.in_flight} in flight`;
   renderNodes(members, peers);
   renderRaft(peers, status);
   renderProviders(providers);
+  drawMap(members, peers, providers, observed.nodes);
+  drawCharts(observed.series);
   renderBudgets(budgets, budgetsErr);
-  renderShares(status.rate_shares);
+  renderShares(observed.nodes);
   renderAdmission(status.admission);
-  renderDecisions(decisions);
+  renderDecisions(observed.nodes);
   window.llmeshRenderMs = performance.now() - began; // shown with the refresh time; the browser test reads it
 }
 
 async function refresh() {
   try {
-    const [status, members, providers, decisions, peers, budgets] = await Promise.allSettled([
-      get("/v1/mesh/status"), get("/v1/mesh/members"), get("/v1/mesh/providers"), get("/v1/mesh/decisions?limit=100"),
+    const [status, members, providers, observed, peers, budgets] = await Promise.allSettled([
+      get("/v1/mesh/status"), get("/v1/mesh/members"), get("/v1/mesh/providers"), get("/v1/mesh/observe?decisions=100&seconds=300"),
       get("/v1/mesh/raft/peers"), get("/v1/mesh/budgets?consistency=stale"),
     ]);
-    const failed = [status, members, providers, decisions].filter((r) => r.status === "rejected").map((r) => r.reason.message);
+    const failed = [status, members, providers, observed].filter((r) => r.status === "rejected").map((r) => r.reason.message);
     if (failed.length) throw new Error(failed.join("\n"));
     last = {
       status: status.value, members: members.value.members, providers: providers.value.providers,
-      decisions: decisions.value.decisions, peers: peers.status === "fulfilled" ? peers.value.peers : null,
+      observed: observed.value, peers: peers.status === "fulfilled" ? peers.value.peers : null,
       budgets: budgets.status === "fulfilled" ? budgets.value.budgets : [],
       budgetsErr: budgets.status === "rejected" ? budgets.reason.message : "",
     };

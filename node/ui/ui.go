@@ -1,4 +1,4 @@
-// Package ui is the node's dashboard: three static files embedded in the
+// Package ui is the node's dashboard: static files embedded in the
 // binary, served at /ui/, with a sign-in that turns the admin token into
 // a session cookie. The dashboard reads the admin API from the browser,
 // so it shows what `llmesh status`, `members`, `providers` and `budgets`
@@ -8,7 +8,8 @@
 // loopback clients only. With one, a browser signs in once with the
 // token and gets a session cookie (HttpOnly, SameSite=Strict) that the
 // admin API accepts for reads (SessionValid): the dashboard can look but
-// not steer.
+// not steer. It draws the mesh map and charts as SVG from the series
+// every node keeps (GET /v1/mesh/observe), with no library.
 //
 // The package imports no project package.
 package ui
@@ -26,7 +27,7 @@ import (
 	"time"
 )
 
-//go:embed index.html login.html app.js app.css
+//go:embed index.html login.html app.js mesh.js app.css
 var files embed.FS
 
 const (
@@ -86,7 +87,7 @@ func contentType(name string) (string, bool) {
 	switch name {
 	case "", "index.html":
 		return "text/html; charset=utf-8", true
-	case "app.js":
+	case "app.js", "mesh.js":
 		return "text/javascript; charset=utf-8", true
 	case "app.css":
 		return "text/css; charset=utf-8", true
