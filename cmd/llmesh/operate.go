@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -104,12 +105,12 @@ func perMinute(v float64) string {
 }
 
 // runDrain has a node drain and exit; with -wait it follows the drain
-// until the node has stopped.
+// until the node has stopped and its peers no longer list it.
 func runDrain(name string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := adminFlags(fs)
-	wait := fs.Bool("wait", false, "follow the drain until the node stops taking connections")
+	wait := fs.Bool("wait", false, "follow the drain until the node has stopped and its peers no longer list it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -123,6 +124,10 @@ func runDrain(name string, args []string, stdout, stderr io.Writer) int {
 		Timeout  float64 `json:"timeout_s"`
 		Phase    string  `json:"phase"`
 		Finished bool    `json:"finished,omitempty"`
+	}
+	var peers []string
+	if *wait {
+		peers = peerAddrs(c)
 	}
 	raw, err := c.do(http.MethodPost, "/v1/mesh/"+name, nil, &ack)
 	if err != nil {
@@ -138,20 +143,98 @@ func runDrain(name string, args []string, stdout, stderr io.Writer) int {
 			ack.Node, ack.Grace, ack.Timeout)
 		return 0
 	}
-	if err := awaitStopped(c, stdout, ack.Node, time.Duration(ack.Timeout*float64(time.Second))+30*time.Second); err != nil {
+	deadline := time.Now().Add(time.Duration(ack.Timeout*float64(time.Second)) + 30*time.Second)
+	if err := awaitStopped(c, stdout, ack.Node, deadline); err != nil {
+		fmt.Fprintf(stderr, "llmesh %s: %v\n", name, err)
+		return 1
+	}
+	if err := awaitLeft(c, peers, stdout, ack.Node, deadline); err != nil {
 		fmt.Fprintf(stderr, "llmesh %s: %v\n", name, err)
 		return 1
 	}
 	return 0
 }
 
+// peerAddrs are the admin URLs of the node's alive peers, which can tell
+// when it has left: read before it drains, as it stops answering then.
+func peerAddrs(c *adminClient) []string {
+	var doc views.Members
+	if _, err := c.do(http.MethodGet, "/v1/mesh/members", nil, &doc); err != nil {
+		return nil
+	}
+	u, err := url.Parse(c.addr)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range doc.Members {
+		host, port, err := net.SplitHostPort(m.HTTP)
+		if m.Self || m.State != "alive" || err != nil {
+			continue
+		}
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			host = u.Hostname() // listening on every address: reached as the node was
+		}
+		out = append(out, u.Scheme+"://"+net.JoinHostPort(host, port))
+	}
+	return out
+}
+
+// awaitLeft asks the node's peers, once it stopped taking connections,
+// until one says it has left gossip and Raft's configuration, so that
+// what an operator reads next no longer lists it. A node without peers has
+// nobody to leave.
+func awaitLeft(c *adminClient, peers []string, stdout io.Writer, name string, deadline time.Time) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	for i := 0; time.Now().Before(deadline); i++ {
+		p := *c
+		p.addr = peers[i%len(peers)]
+		if left(&p, name) {
+			fmt.Fprintf(stdout, "%s has left the mesh and Raft (as %s sees it)\n", name, p.addr)
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond) // a poll of another process's state, not a wait in this one
+	}
+	return fmt.Errorf("%s stopped, but its peers (%s) still list it", name, strings.Join(peers, ", "))
+}
+
+// left reports whether the peer c asks no longer lists name as a live
+// member or in Raft's configuration.
+func left(c *adminClient, name string) bool {
+	var doc views.Members
+	if _, err := c.do(http.MethodGet, "/v1/mesh/members", nil, &doc); err != nil {
+		return false
+	}
+	for _, m := range doc.Members {
+		if m.Name == name && m.State != "left" && m.State != "failed" {
+			return false
+		}
+	}
+	var peers struct {
+		Peers []struct {
+			ID string `json:"id"`
+		} `json:"peers"`
+	}
+	if _, err := c.do(http.MethodGet, "/v1/mesh/raft/peers", nil, &peers); err != nil {
+		return false // every peer that gossips has a part in the ledger: ask again
+	}
+	for _, p := range peers.Peers {
+		if p.ID == name {
+			return false
+		}
+	}
+	return true
+}
+
 // awaitStopped follows a draining node's phases until it no longer
 // answers (its grace is over and it closed its listener), printing each
 // phase once.
-func awaitStopped(c *adminClient, stdout io.Writer, name string, bound time.Duration) error {
+func awaitStopped(c *adminClient, stdout io.Writer, name string, deadline time.Time) error {
 	c.http.Timeout = 2 * time.Second
 	last := ""
-	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for ; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		var st views.Status
 		_, err := c.do(http.MethodGet, "/v1/mesh/status", nil, &st)
 		if err != nil {
@@ -167,5 +250,5 @@ func awaitStopped(c *adminClient, stdout io.Writer, name string, bound time.Dura
 			last = st.Phase
 		}
 	}
-	return fmt.Errorf("%s still answers after %s", name, bound)
+	return fmt.Errorf("%s still answers at %s", name, deadline.Format(time.TimeOnly))
 }

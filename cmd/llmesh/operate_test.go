@@ -36,6 +36,15 @@ func TestDrainAndJoinUnderLoad(t *testing.T) {
 		t.Fatalf("llmesh drain -wait: %v\n%s", err, out)
 	}
 	t.Logf("llmesh drain -wait:\n%s", out)
+	// Once drain -wait is back, the node is out of Raft as its peers see
+	// it: what an operator reads next is true at once.
+	if !strings.Contains(string(out), "eu-1 has left the mesh and Raft") {
+		t.Fatalf("drain -wait did not follow the node out of the mesh:\n%s", out)
+	}
+	peers, err := exec.Command(binary, "raft", "peers", "-addr", m.nodes["us-1"].http).CombinedOutput()
+	if err != nil || strings.Contains(string(peers), "eu-1") {
+		t.Fatalf("right after drain -wait, raft peers at us-1: %v\n%s", err, peers)
+	}
 	if code := m.waitExit("eu-1", 40*time.Second); code != 0 {
 		t.Fatalf("the drained node exited %d; its log:\n%s", code, m.nodes["eu-1"].log.String())
 	}
