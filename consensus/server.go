@@ -350,6 +350,37 @@ func (s *Server) RemoveSelf() error {
 	return s.raft.RemoveServer(raft.ServerID(s.cfg.ID), 0, s.cfg.ApplyTimeout).Error()
 }
 
+// AwaitRemoval waits, for a voter leaving for good (after it handed
+// leadership over), until it is no longer in the Raft configuration: as
+// its own log has it, or as elsewhere (the leader, asked) reports. The
+// leader removes a voter that left the mesh; should leadership come
+// back to this voter meanwhile (it won an election before the one it
+// handed over to was heard from), it removes itself, which makes it step
+// down, rather than lead a ledger it no longer serves. It reports
+// whether the removal was seen before ctx ended, and whether this voter
+// did it itself.
+func (s *Server) AwaitRemoval(ctx context.Context, elsewhere func(context.Context) bool) (removed, itself bool) {
+	for {
+		if s.IsLeader() && s.RemoveSelf() == nil {
+			return true, true
+		}
+		peers, err := s.Peers()
+		if err == nil && !slices.ContainsFunc(peers, func(p Peer) bool { return p.ID == s.cfg.ID }) {
+			return true, false
+		}
+		if elsewhere != nil && elsewhere(ctx) {
+			return true, false
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, false
+		case <-t.C:
+		}
+	}
+}
+
 // Shutdown stops Raft and closes its stores. It is idempotent.
 func (s *Server) Shutdown() error {
 	var err error

@@ -31,28 +31,20 @@ func (l *Ledger) HandOverLeadership() {
 // removed this voter from the Raft configuration (its reconcile loop does
 // it for a voter that left, while the rest keep a quorum), so that a
 // drained voter does not count against the quorum; at most removeTimeout.
+// A voter that leads again meanwhile removes itself (Server.AwaitRemoval).
 func (l *Ledger) AwaitRemoval(ctx context.Context) {
 	if l.server == nil || l.soleVoter() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, removeTimeout)
 	defer cancel()
-	for {
-		peers, err := l.server.Peers()
-		if err == nil && !slices.ContainsFunc(peers, func(p consensus.Peer) bool { return p.ID == l.name }) {
-			l.log.Info("removed from the Raft configuration")
-			return
-		}
-		if l.peersElsewhere(ctx) {
-			l.log.Info("removed from the Raft configuration")
-			return
-		}
-		select {
-		case <-ctx.Done():
-			l.log.Warn("still in the Raft configuration: the leader will remove this voter once it sees it left")
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
+	switch removed, itself := l.server.AwaitRemoval(ctx, l.peersElsewhere); {
+	case itself:
+		l.log.Info("removed from the Raft configuration by itself, having led again while leaving")
+	case removed:
+		l.log.Info("removed from the Raft configuration")
+	default:
+		l.log.Warn("still in the Raft configuration: the leader will remove this voter once it sees it left")
 	}
 }
 
