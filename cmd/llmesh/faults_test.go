@@ -44,6 +44,16 @@ func (f *faultNode) start(t *testing.T) {
 	cmd := exec.Command(binary, "agent", "-config", f.cfg)
 	logs := &syncLog{}
 	cmd.Stdout, cmd.Stderr = io.Discard, logs
+	if d := os.Getenv("LLMESH_FAULT_LOGS"); d != "" {
+		// Every life of the node's log, for reading a failure after.
+		lf, err := os.OpenFile(filepath.Join(d, f.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lf.Close() })
+		fmt.Fprintf(lf, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
+		cmd.Stderr = io.MultiWriter(logs, quietWriter{lf})
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +76,15 @@ func (f *faultNode) start(t *testing.T) {
 		return resp.StatusCode == 200
 	})
 	f.up.Store(true)
+}
+
+// quietWriter writes what it can and never fails: a log file closed
+// before the node's last line must not stop the copy of its stderr.
+type quietWriter struct{ w io.Writer }
+
+func (q quietWriter) Write(p []byte) (int, error) {
+	_, _ = q.w.Write(p)
+	return len(p), nil
 }
 
 func (f *faultNode) signal(s syscall.Signal) {
@@ -137,7 +156,7 @@ func TestRandomFaultsKeepTheGuarantees(t *testing.T) {
 	if s := os.Getenv("LLMESH_FAULT_SEED"); s != "" {
 		fmt.Sscan(s, &seed)
 	}
-	t.Logf("seed %d (LLMESH_FAULT_SEED=%d repeats the faults)", seed, seed)
+	t.Logf("seed %d (LLMESH_FAULT_SEED=%d repeats the faults; LLMESH_FAULT_LOGS=DIR keeps the nodes' logs)", seed, seed)
 	f := &faultRun{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 7)),
 		keys: map[string]string{"acme": "sk-fault-acme-0123456789", "beta": "sk-fault-beta-0123456789"}}
 	f.startProviders()
@@ -154,7 +173,10 @@ func TestRandomFaultsKeepTheGuarantees(t *testing.T) {
 	var log []string
 	for end := time.Now().Add(45 * time.Second); time.Now().Before(end); {
 		time.Sleep(time.Duration(2000+f.r.IntN(2000)) * time.Millisecond) // the load runs fault-free this long
-		log = append(log, f.fault()...)
+		at := time.Now().Format("15:04:05.000")
+		for _, what := range f.fault() {
+			log = append(log, at+" "+what)
+		}
 	}
 	// Load goes on until the budget is spent, or for at most 45 s more,
 	// and a second after.
@@ -314,13 +336,14 @@ func (f *faultRun) load(ctx context.Context, c int) {
 			f.beta200.Add(1)
 		case code == 402 && tenant == "acme":
 			if f.acme402.Add(1) == 1 {
+				f.t.Logf("first 402 at %s", time.Now().Format("15:04:05.000"))
 				v := f.charged()
 				f.first402.Store(&v)
 			}
 		case healthy:
 			f.healthyFailed.Add(1)
 			f.failMu.Lock()
-			f.failures = append(f.failures, fmt.Sprintf("%s at %s: %d %v %s", tenant, n.name, code, err, msg))
+			f.failures = append(f.failures, fmt.Sprintf("%s %s at %s: %d %v %s", time.Now().Format("15:04:05.000"), tenant, n.name, code, err, msg))
 			f.failMu.Unlock()
 		}
 	}
@@ -438,7 +461,7 @@ func (f *faultRun) check() {
 	f.failMu.Lock()
 	defer f.failMu.Unlock()
 	if len(f.failures) > 0 {
-		t.Errorf("%d requests to healthy nodes failed; first: %s", len(f.failures), strings.Join(f.failures[:min(5, len(f.failures))], "\n"))
+		t.Errorf("%d requests to healthy nodes failed:\n%s", len(f.failures), strings.Join(f.failures[:min(20, len(f.failures))], "\n"))
 	}
 	if spent > faultBudget+1e-9 {
 		t.Errorf("the providers charged $%.9f against a budget of $%.2f", spent, faultBudget)
