@@ -17,16 +17,7 @@ func (x *exchange) respond(c *completion) {
 	bp := e.buffer()
 	defer e.release(bp)
 	*bp = c.appendResponse((*bp)[:0])
-	if e.Mode() == ModeCut {
-		h := x.w.Header()
-		h.Set("Content-Type", "application/json")
-		h.Set("Content-Length", strconv.Itoa(len(*bp)))
-		x.w.WriteHeader(http.StatusOK)
-		_ = http.NewResponseController(x.w).Flush()
-		e.rec.answered(http.StatusOK)
-		panic(http.ErrAbortHandler) // the client sees the headers, then the connection end
-	}
-	x.answer(http.StatusOK, "application/json", *bp)
+	x.answerOK(*bp)
 	delivered = c.tokens * c.n
 }
 

@@ -1,7 +1,6 @@
 package emulator
 
 import (
-	"net/http"
 	"strconv"
 	"time"
 
@@ -11,35 +10,17 @@ import (
 // chat answers a chat completion request, from the rate limit on: the
 // path, method, key and api-version have been checked.
 func (x *exchange) chat(body []byte, dep string, azure bool) {
-	e, cfg := x.e, x.cfg
-	if v := e.limit.take(time.Now()); v.limit > 0 {
-		h := x.w.Header()
-		h.Set("x-ratelimit-limit-requests", strconv.Itoa(v.limit))
-		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(v.remaining))
-		h.Set("x-ratelimit-reset-requests", resetString(v.reset))
-		if !v.ok {
-			retry := retryAfterSeconds(v.retry)
-			h.Set("Retry-After", strconv.FormatInt(retry, 10))
-			x.fail(&apiError{
-				status:  http.StatusTooManyRequests,
-				message: "Rate limit reached for requests per min (RPM): Limit " + strconv.Itoa(v.limit) + ". Please try again in " + strconv.FormatInt(retry, 10) + "s.",
-				typ:     "requests",
-				code:    "rate_limit_exceeded",
-			})
-			return
-		}
+	cfg := x.cfg
+	if !x.admit() {
+		return
 	}
 	req, aerr := parseChat(body, azure, dep)
 	if aerr != nil {
 		x.fail(aerr)
 		return
 	}
-	model := req.Model
-	if azure {
-		model = cfg.deploymentModel(dep)
-	}
-	if len(cfg.Models) > 0 && !hasKey(cfg.Models, model) {
-		x.fail(&apiError{status: http.StatusNotFound, message: "The model `" + model + "` does not exist or you do not have access to it.", typ: "invalid_request_error", code: "model_not_found"})
+	model := x.model(req.Model)
+	if !x.served(model) {
 		return
 	}
 	if req.MaxTokens > maxCompletionTokens {
@@ -51,8 +32,7 @@ func (x *exchange) chat(body []byte, dep string, azure bool) {
 		x.fail(aerr)
 		return
 	}
-	if cfg.ErrorRate > 0 && float64(draw(cfg.Seed, x.seq, saltError)>>11)/(1<<53) < cfg.ErrorRate {
-		x.fail(&apiError{status: http.StatusInternalServerError, message: "The server had an error while processing your request. Sorry about that!", typ: "server_error"})
+	if x.unlucky() {
 		return
 	}
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -58,7 +59,21 @@ type Config struct {
 	// Seed makes the generated text, the ids and the error-rate draws a
 	// function of the seed and the order in which requests arrive.
 	Seed int64
+	// EmbeddingDimensions is the length of the vectors an embedding model
+	// returns, by model name (as reported: an Azure deployment's model);
+	// a model not listed returns defaultEmbeddingDimensions (1536).
+	EmbeddingDimensions map[string]int
+	// NoResponses makes the emulator a server without the Responses API,
+	// as vLLM-style servers are: /v1/responses and its sub-paths get 404.
+	NoResponses bool
 }
+
+// defaultEmbeddingDimensions is the vector length of an embedding model
+// not in Config.EmbeddingDimensions, text-embedding-3-small's.
+const defaultEmbeddingDimensions = 1536
+
+// maxEmbeddingDimensions bounds a model's vector length.
+const maxEmbeddingDimensions = 16384
 
 // DefaultConfig is an emulator that answers at once: no latency, no rate
 // limit, no errors, any model, no key, 16-token completions.
@@ -90,6 +105,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("emulator: Models[%q]: prices must be finite and not negative, got %+v", name, p)
 		}
 	}
+	for name, d := range c.EmbeddingDimensions {
+		if name == "" || d < 1 || d > maxEmbeddingDimensions {
+			return fmt.Errorf("emulator: EmbeddingDimensions[%q] must be between 1 and %d, got %d", name, maxEmbeddingDimensions, d)
+		}
+	}
 	for dep, model := range c.Deployments {
 		switch {
 		case dep == "" || strings.Contains(dep, "/"):
@@ -115,6 +135,7 @@ func hasKey[V any](m map[string]V, k string) bool {
 func (c Config) normalized() *Config {
 	c.Models = maps.Clone(c.Models)
 	c.Deployments = maps.Clone(c.Deployments)
+	c.EmbeddingDimensions = maps.Clone(c.EmbeddingDimensions)
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = 16
 	}
@@ -127,6 +148,28 @@ func (c *Config) deploymentModel(dep string) string {
 		return m
 	}
 	return dep
+}
+
+// embeddingDimensions is the vector length of model.
+func (c *Config) embeddingDimensions(model string) int {
+	if d, ok := c.EmbeddingDimensions[model]; ok {
+		return d
+	}
+	return defaultEmbeddingDimensions
+}
+
+// modelNames is the models listed: those of Models and those deployments
+// report, sorted.
+func (c *Config) modelNames() []string {
+	var names []string
+	for name := range c.Models {
+		names = append(names, name)
+	}
+	for _, name := range c.Deployments {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // cost is what tokens of model cost; 0 for a model without a price.

@@ -1,6 +1,10 @@
-// Package emulator owns the provider emulator: an OpenAI and Azure OpenAI
-// compatible chat completion server that dev mode, demos, tests and
-// benchmarks use in place of real providers. It serves in process (Handler)
+// Package emulator owns the provider emulator: an OpenAI, Azure OpenAI and
+// Anthropic compatible server that dev mode, demos, tests and benchmarks
+// use in place of real providers. It serves chat completions, embeddings
+// (deterministic unit vectors of each model's dimension), legacy
+// completions, the Responses API (with stored responses; Config.NoResponses
+// turns it off, as on vLLM-style servers), Anthropic Messages and
+// GET /v1/models[/{id}]. It serves in process (Handler)
 // or on a listener of its own (Start), and its behaviour — latency, time to
 // first token, token rate, error rate, requests per minute, API key, models
 // and prices — and its failure mode (refuse, error, hang, cut) can be changed

@@ -23,33 +23,91 @@ const maxBodyBytes = 8 << 20
 type endpoint int
 
 const (
-	epUnknown   endpoint = iota
-	epChat               // POST /v1/chat/completions
-	epAzureChat          // POST /openai/deployments/{deployment}/chat/completions
-	epModels             // GET /v1/models
+	epUnknown          endpoint = iota
+	epChat                      // POST /v1/chat/completions
+	epAzureChat                 // POST /openai/deployments/{deployment}/chat/completions
+	epModels                    // GET /v1/models
+	epModel                     // GET /v1/models/{id}
+	epEmbeddings                // POST /v1/embeddings
+	epAzureEmbeddings           // POST /openai/deployments/{deployment}/embeddings
+	epCompletions               // POST /v1/completions
+	epAzureCompletions          // POST /openai/deployments/{deployment}/completions
+	epMessages                  // POST /v1/messages (Anthropic)
+	epCountTokens               // POST /v1/messages/count_tokens (Anthropic)
+	epResponses                 // POST /v1/responses
+	epResponse                  // GET or DELETE /v1/responses/{id}
+	epResponseCancel            // POST /v1/responses/{id}/cancel
 )
 
-// classify names the endpoint of path, and the deployment of an Azure path.
+// azureSuffixes maps what follows an Azure deployment's name to its endpoint.
+var azureSuffixes = [...]struct {
+	suffix string
+	ep     endpoint
+}{
+	{"/chat/completions", epAzureChat},
+	{"/embeddings", epAzureEmbeddings},
+	{"/completions", epAzureCompletions},
+}
+
+// classify names the endpoint of path and its path parameter: the
+// deployment of an Azure path, the id of a model or a response.
 func classify(path string) (endpoint, string) {
 	switch path {
 	case "/v1/chat/completions":
 		return epChat, ""
 	case "/v1/models":
 		return epModels, ""
+	case "/v1/embeddings":
+		return epEmbeddings, ""
+	case "/v1/completions":
+		return epCompletions, ""
+	case "/v1/messages":
+		return epMessages, ""
+	case "/v1/messages/count_tokens":
+		return epCountTokens, ""
+	case "/v1/responses":
+		return epResponses, ""
+	}
+	if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
+		return epModel, id // model ids may hold slashes ("org/model")
+	}
+	if rest, ok := strings.CutPrefix(path, "/v1/responses/"); ok {
+		if id, ok := strings.CutSuffix(rest, "/cancel"); ok && validParam(id) {
+			return epResponseCancel, id
+		}
+		if validParam(rest) {
+			return epResponse, rest
+		}
 	}
 	if rest, ok := strings.CutPrefix(path, "/openai/deployments/"); ok {
-		if dep, ok := strings.CutSuffix(rest, "/chat/completions"); ok && dep != "" && !strings.Contains(dep, "/") {
-			return epAzureChat, dep
+		for _, a := range azureSuffixes {
+			if dep, ok := strings.CutSuffix(rest, a.suffix); ok && validParam(dep) {
+				return a.ep, dep
+			}
 		}
 	}
 	return epUnknown, ""
 }
 
-func (ep endpoint) method() string {
-	if ep == epModels {
-		return http.MethodGet
+func validParam(s string) bool { return s != "" && !strings.Contains(s, "/") }
+
+// azure reports whether ep is an Azure deployment path.
+func (ep endpoint) azure() bool {
+	return ep == epAzureChat || ep == epAzureEmbeddings || ep == epAzureCompletions
+}
+
+// anthropic reports whether ep speaks Anthropic's API (and its errors).
+func (ep endpoint) anthropic() bool { return ep == epMessages || ep == epCountTokens }
+
+// methods lists the methods ep accepts, the first the one named in 405s.
+func (ep endpoint) methods() []string {
+	switch ep {
+	case epModels, epModel:
+		return []string{http.MethodGet}
+	case epResponse:
+		return []string{http.MethodGet, http.MethodDelete}
 	}
-	return http.MethodPost
+	return []string{http.MethodPost}
 }
 
 // exchange is one API request being answered.
@@ -61,6 +119,8 @@ type exchange struct {
 	seq     uint64  // the request's number, from 1, in order of arrival
 	arrived time.Time
 	pace    pacer
+	ep      endpoint
+	param   string // the deployment, model id or response id of the path
 }
 
 func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -74,6 +134,7 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	x := &exchange{e: e, w: w, r: r, cfg: e.cfg.Load(), arrived: time.Now()}
+	x.ep, x.param = classify(r.URL.Path)
 	x.pace = pacer{ctx: r.Context(), killed: e.killed}
 	defer x.pace.stop()
 
@@ -105,26 +166,103 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		x.fail(readErr)
 		return
 	}
-	ep, dep := classify(r.URL.Path)
-	switch {
-	case ep == epUnknown:
-		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")", typ: "invalid_request_error"})
-		return
-	case r.Method != ep.method():
-		w.Header().Set("Allow", ep.method())
-		x.fail(&apiError{status: http.StatusMethodNotAllowed, message: "Method " + r.Method + " is not allowed on " + r.URL.Path + "; use " + ep.method() + ".", typ: "invalid_request_error"})
-		return
-	case !x.authorized(ep == epAzureChat):
-		x.fail(&apiError{status: http.StatusUnauthorized, message: "Incorrect API key provided.", typ: "invalid_request_error", code: "invalid_api_key"})
-		return
-	case ep == epAzureChat && r.URL.Query().Get("api-version") == "":
-		x.fail(invalidParam("api-version", "Missing required query parameter: api-version."))
-		return
-	case ep == epModels:
-		x.answerModels()
-		return
+	if x.check() {
+		x.dispatch(body)
 	}
-	x.chat(body, dep, ep == epAzureChat)
+}
+
+// check answers the request with an error, and returns false, when its
+// path, method, key or api-version is wrong.
+func (x *exchange) check() bool {
+	ep, r := x.ep, x.r
+	methods := ep.methods()
+	switch {
+	case ep == epUnknown, ep == epResponses && x.cfg.NoResponses, ep == epResponse && x.cfg.NoResponses, ep == epResponseCancel && x.cfg.NoResponses:
+		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")", typ: "invalid_request_error"})
+	case !slices.Contains(methods, r.Method):
+		x.w.Header().Set("Allow", strings.Join(methods, ", "))
+		x.fail(&apiError{status: http.StatusMethodNotAllowed, message: "Method " + r.Method + " is not allowed on " + r.URL.Path + "; use " + methods[0] + ".", typ: "invalid_request_error"})
+	case !x.authorized():
+		x.fail(&apiError{status: http.StatusUnauthorized, message: "Incorrect API key provided.", typ: "invalid_request_error", code: "invalid_api_key"})
+	case ep.azure() && r.URL.Query().Get("api-version") == "":
+		x.fail(invalidParam("api-version", "Missing required query parameter: api-version."))
+	case ep.anthropic() && r.Header.Get("anthropic-version") == "":
+		x.fail(invalidParam("anthropic-version", "anthropic-version: header is required"))
+	default:
+		return true
+	}
+	return false
+}
+
+// dispatch answers a request that passed check.
+func (x *exchange) dispatch(body []byte) {
+	switch x.ep {
+	case epModels:
+		x.answerModels()
+	case epModel:
+		x.answerModel()
+	case epChat, epAzureChat:
+		x.chat(body, x.param, x.ep == epAzureChat)
+	case epEmbeddings, epAzureEmbeddings:
+		x.embeddings(body)
+	default:
+		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + x.r.Method + " " + x.r.URL.Path + ")", typ: "invalid_request_error"})
+	}
+}
+
+// admit applies the RPM limit and reports whether the request may go on;
+// when not it has been answered 429.
+func (x *exchange) admit() bool {
+	v := x.e.limit.take(time.Now())
+	if v.limit == 0 {
+		return true
+	}
+	h := x.w.Header()
+	h.Set("x-ratelimit-limit-requests", strconv.Itoa(v.limit))
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(v.remaining))
+	h.Set("x-ratelimit-reset-requests", resetString(v.reset))
+	if v.ok {
+		return true
+	}
+	retry := retryAfterSeconds(v.retry)
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	x.fail(&apiError{
+		status:  http.StatusTooManyRequests,
+		message: "Rate limit reached for requests per min (RPM): Limit " + strconv.Itoa(v.limit) + ". Please try again in " + strconv.FormatInt(retry, 10) + "s.",
+		typ:     "requests",
+		code:    "rate_limit_exceeded",
+	})
+	return false
+}
+
+// served reports whether model is served; when not the request has been
+// answered 404.
+func (x *exchange) served(model string) bool {
+	if len(x.cfg.Models) == 0 || hasKey(x.cfg.Models, model) {
+		return true
+	}
+	x.fail(&apiError{status: http.StatusNotFound, message: "The model `" + model + "` does not exist or you do not have access to it.", typ: "invalid_request_error", code: "model_not_found"})
+	return false
+}
+
+// unlucky draws the request's error-rate failure and, when it fails,
+// answers 500.
+func (x *exchange) unlucky() bool {
+	cfg := x.cfg
+	if cfg.ErrorRate > 0 && float64(draw(cfg.Seed, x.seq, saltError)>>11)/(1<<53) < cfg.ErrorRate {
+		x.fail(&apiError{status: http.StatusInternalServerError, message: "The server had an error while processing your request. Sorry about that!", typ: "server_error"})
+		return true
+	}
+	return false
+}
+
+// model is the model a request reports: the deployment's on Azure paths,
+// else the body's.
+func (x *exchange) model(body string) string {
+	if x.ep.azure() {
+		return x.cfg.deploymentModel(x.param)
+	}
+	return body
 }
 
 // readBody reads the body whole, refusing more than maxBodyBytes.
@@ -152,24 +290,46 @@ func invalidParam(param, msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, message: msg, typ: "invalid_request_error", param: param}
 }
 
-// authorized checks the API key: a bearer token on OpenAI paths, the
-// api-key header on Azure paths.
-func (x *exchange) authorized(azure bool) bool {
+// authorized checks the API key: the api-key header on Azure paths,
+// x-api-key or a bearer token on Anthropic's, a bearer token elsewhere.
+func (x *exchange) authorized() bool {
 	if x.cfg.APIKey == "" {
 		return true
 	}
-	var got string
-	if azure {
-		got = x.r.Header.Get("api-key")
-	} else {
-		got, _ = strings.CutPrefix(x.r.Header.Get("Authorization"), "Bearer ")
+	h := x.r.Header
+	bearer, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	got := bearer
+	switch {
+	case x.ep.azure():
+		got = h.Get("api-key")
+	case x.ep.anthropic() && h.Get("x-api-key") != "":
+		got = h.Get("x-api-key")
 	}
 	return subtle.ConstantTimeCompare([]byte(got), []byte(x.cfg.APIKey)) == 1
 }
 
 // fail answers an API request with an error.
 func (x *exchange) fail(err *apiError) {
+	if x.ep.anthropic() {
+		x.answer(err.status, "application/json", err.appendAnthropicJSON(nil))
+		return
+	}
 	x.answer(err.status, "application/json", err.appendJSON(nil))
+}
+
+// answerOK writes a whole 200 JSON answer, or in ModeCut its headers and
+// then the connection's end.
+func (x *exchange) answerOK(body []byte) {
+	if x.e.Mode() == ModeCut {
+		h := x.w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		x.w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(x.w).Flush()
+		x.e.rec.answered(http.StatusOK)
+		panic(http.ErrAbortHandler) // the client sees the headers, then the connection end
+	}
+	x.answer(http.StatusOK, "application/json", body)
 }
 
 // answer writes a whole answer and counts it.
@@ -187,29 +347,36 @@ const modelsCreated = 1700000000
 
 // answerModels lists the models in Models and those deployments report.
 func (x *exchange) answerModels() {
-	var names []string
-	for name := range x.cfg.Models {
-		names = append(names, name)
-	}
-	for _, name := range x.cfg.Deployments {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	names = slices.Compact(names)
 	b := []byte(`{"object":"list","data":[`)
-	for i, name := range names {
+	for i, name := range x.cfg.modelNames() {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"id":`...)
-		b = appendString(b, name)
-		b = append(b, `,"object":"model","created":`...)
-		b = strconv.AppendInt(b, modelsCreated, 10)
-		b = append(b, `,"owned_by":`...)
-		b = appendString(b, x.cfg.Name)
-		b = append(b, '}')
+		b = x.appendModel(b, name)
 	}
 	x.answer(http.StatusOK, "application/json", append(b, "]}"...))
+}
+
+// answerModel answers GET /v1/models/{id}: any model when Models is empty,
+// else those answerModels lists.
+func (x *exchange) answerModel() {
+	id := x.param
+	if len(x.cfg.Models) > 0 && !slices.Contains(x.cfg.modelNames(), id) {
+		x.fail(&apiError{status: http.StatusNotFound, message: "The model '" + id + "' does not exist", typ: "invalid_request_error", param: "model", code: "model_not_found"})
+		return
+	}
+	x.answer(http.StatusOK, "application/json", x.appendModel(nil, id))
+}
+
+// appendModel appends the model object of name.
+func (x *exchange) appendModel(b []byte, name string) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, name)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, modelsCreated, 10)
+	b = append(b, `,"owned_by":`...)
+	b = appendString(b, x.cfg.Name)
+	return append(b, '}')
 }
 
 // pacer waits for deadlines with one timer, giving up when the request's
