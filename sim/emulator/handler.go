@@ -205,6 +205,8 @@ func (x *exchange) dispatch(body []byte) {
 		x.chat(body, x.param, x.ep == epAzureChat)
 	case epEmbeddings, epAzureEmbeddings:
 		x.embeddings(body)
+	case epCompletions, epAzureCompletions:
+		x.legacyCompletion(body)
 	default:
 		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + x.r.Method + " " + x.r.URL.Path + ")", typ: "invalid_request_error"})
 	}
