@@ -384,7 +384,7 @@ func TestAuth(t *testing.T) {
 func TestUnknownPathAndMethod(t *testing.T) {
 	e := start(t, DefaultConfig())
 	c := newClient(t)
-	wantError(t, do(t, c, "POST", e.URL()+"/v1/completions", "{}"), 404, "invalid_request_error", "", "")
+	wantError(t, do(t, c, "POST", e.URL()+"/v1/audio/speech", "{}"), 404, "invalid_request_error", "", "")
 	wantError(t, do(t, c, "POST", e.URL()+"/openai/deployments//chat/completions?api-version=1", "{}"), 404, "invalid_request_error", "", "")
 	resp := do(t, c, "GET", e.URL()+"/v1/chat/completions", "")
 	if allow := resp.Header.Get("Allow"); allow != "POST" {

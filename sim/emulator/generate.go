@@ -121,4 +121,3 @@ func (x *exchange) cutAfter(steps int) int {
 	}
 	return -1
 }
-
