@@ -64,8 +64,9 @@ func (x *exchange) chat(body []byte, dep string, azure bool) {
 }
 
 // analyse reads the tools of a body and counts its prompt: the messages
-// with CountMessages, plus the tools array as sent. Bodies seen recently
-// are not analysed again.
+// with CountMessages, plus the tools array as sent. It answers with a call
+// only when the last message is not a tool result, so that a tool loop
+// ends after one call. Bodies seen recently are not analysed again.
 func (x *exchange) analyse(body []byte, req *route.ChatRequest) (analysis, *apiError) {
 	key, a, ok := x.e.bodies.get(body)
 	if ok {
@@ -80,7 +81,11 @@ func (x *exchange) analyse(body []byte, req *route.ChatRequest) (analysis, *apiE
 	if t.raw != nil {
 		a.prompt += tok.Count(string(t.raw))
 	}
-	if a.call = t.call; a.call != nil {
+	// A tool's result ends the loop: the model answers it in text.
+	if a.call = t.call; len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
+		a.call = nil
+	}
+	if a.call != nil {
 		a.callTokens = tok.Count(a.call.args)
 		a.frags = fragments(a.call.args, a.callTokens)
 	}

@@ -207,6 +207,10 @@ func (x *exchange) dispatch(body []byte) {
 		x.embeddings(body)
 	case epCompletions, epAzureCompletions:
 		x.legacyCompletion(body)
+	case epMessages:
+		x.messages(body)
+	case epCountTokens:
+		x.countTokens(body)
 	default:
 		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + x.r.Method + " " + x.r.URL.Path + ")", typ: "invalid_request_error"})
 	}

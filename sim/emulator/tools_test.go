@@ -153,3 +153,36 @@ func TestFragments(t *testing.T) {
 		}
 	}
 }
+
+// TestToolLoopEnds: once the last message is a tool's result, the answer
+// is text with finish_reason stop, so an agent loop ends in two turns.
+func TestToolLoopEnds(t *testing.T) {
+	e := start(t, DefaultConfig())
+	c := newClient(t)
+	url := e.URL() + "/v1/chat/completions"
+	first := decodeResponse(t, readAll(t, do(t, c, "POST", url, body("gpt-4o", weatherTools)), 200))
+	call := first.Choices[0].Message.ToolCalls[0]
+	msgs := `"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":` + jsonString(call.ID) +
+		`,"type":"function","function":{"name":"get_weather","arguments":` + jsonString(call.Function.Arguments) + `}}]},` +
+		`{"role":"tool","tool_call_id":` + jsonString(call.ID) + `,"content":"18 and sunny"}]`
+	for _, stream := range []bool{false, true} {
+		b := `{"model":"gpt-4o",` + msgs + `,` + weatherTools
+		if stream {
+			resp := do(t, c, "POST", url, b+`,"stream":true}`)
+			evs, err := events(resp.Body)
+			resp.Body.Close()
+			if err != nil || len(evs) < 3 {
+				t.Fatalf("stream: %v, %d events", err, len(evs))
+			}
+			last, _ := decodeChunk(t, evs[len(evs)-2])
+			if f := last.Choices[0].FinishReason; f == nil || *f != "stop" {
+				t.Errorf("stream finish %v", f)
+			}
+			continue
+		}
+		r := decodeResponse(t, readAll(t, do(t, c, "POST", url, b+`}`), 200))
+		if ch := r.Choices[0]; ch.FinishReason != "stop" || ch.Message.Content == nil || *ch.Message.Content == "" || len(ch.Message.ToolCalls) != 0 {
+			t.Errorf("after the tool result: finish %q message %+v", ch.FinishReason, ch.Message)
+		}
+	}
+}
