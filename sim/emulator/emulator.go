@@ -24,6 +24,11 @@ type Emulator struct {
 	bodies bodyCache
 	bufs   sync.Pool // *[]byte for building answers
 	rec    recorder
+	stored responseStore // the Responses API's stored responses
+	// instance is random, drawn by New: response ids carry it, so that
+	// two emulators of one configuration never hand out the same id (a
+	// node routes a follow-up to the provider by its response's id).
+	instance uint64
 	// stopping is closed when Shutdown starts: hung requests are let go.
 	// killed is closed when Shutdown gives up waiting: streams stop.
 	stopping, killed chan struct{}
@@ -52,6 +57,7 @@ func New(cfg Config) (*Emulator, error) {
 	e.cfg.Store(cfg.normalized())
 	e.limit.setRPM(cfg.RPM, time.Now())
 	e.bodies.seed = maphash.MakeSeed()
+	e.instance = maphash.Comparable(maphash.MakeSeed(), 0)
 	e.rec.stats.ByStatus = map[int]int64{}
 	e.rec.drained = make(chan struct{})
 	return e, nil

@@ -18,6 +18,8 @@ var newEndpoints = []struct {
 	{"embeddings", "/v1/embeddings", `{"model":"m","input":"x"}`, nil, false},
 	{"completions", "/v1/completions", `{"model":"m","prompt":"x","max_tokens":8,"stream":true}`, nil, true},
 	{"messages", "/v1/messages", `{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"x"}]}`, []string{"anthropic-version", "2023-06-01"}, true},
+	{"responses", "/v1/responses", `{"model":"m","input":"x","stream":true}`, nil, true},
+	{"responses whole", "/v1/responses", `{"model":"m","input":"x"}`, nil, false},
 	{"messages whole", "/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"x"}]}`, []string{"anthropic-version", "2023-06-01"}, false},
 }
 
@@ -60,7 +62,7 @@ func TestNewEndpointsModeCut(t *testing.T) {
 		if resp.StatusCode != 200 || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("%s: status %d, read %v (%d bytes)", ep.name, resp.StatusCode, err, len(b))
 		}
-		if ep.stream && (len(b) == 0 || strings.Contains(string(b), "[DONE]") || strings.Contains(string(b), "message_stop")) {
+		if ep.stream && (len(b) == 0 || strings.Contains(string(b), "[DONE]") || strings.Contains(string(b), "message_stop") || strings.Contains(string(b), "response.completed")) {
 			t.Errorf("%s: cut stream %q", ep.name, b)
 		}
 	}

@@ -211,6 +211,12 @@ func (x *exchange) dispatch(body []byte) {
 		x.messages(body)
 	case epCountTokens:
 		x.countTokens(body)
+	case epResponses:
+		x.responses(body)
+	case epResponse:
+		x.storedResponse()
+	case epResponseCancel:
+		x.cancelResponse()
 	default:
 		x.fail(&apiError{status: http.StatusNotFound, message: "Invalid URL (" + x.r.Method + " " + x.r.URL.Path + ")", typ: "invalid_request_error"})
 	}
