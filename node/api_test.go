@@ -245,7 +245,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 	}
 	body := readAll(t, resp.Body)
 	for _, want := range []string{
-		`llmesh_requests_total{code="200",model="gpt-4o-mini",provider="eu"} 1`,
+		`llmesh_requests_total{code="200",endpoint="chat",model="gpt-4o-mini",provider="eu"} 1`,
 		`llmesh_tokens_total{direction="completion",model="gpt-4o-mini",provider="eu"} 16`,
 		`llmesh_upstream_attempts_total{outcome="ok",provider="eu"} 1`,
 		`llmesh_requests_in_flight 0`,

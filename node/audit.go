@@ -12,7 +12,7 @@ func (n *Node) auditDecision(e *decisions.Decision) {
 	if n.audit == nil || !e.Residency.Restricted() {
 		return
 	}
-	rec := &audit.Record{Time: e.At.UTC(), RequestID: e.ID, Node: n.s.Name, Tenant: e.Tenant, Residency: string(e.Residency.Jurisdiction),
+	rec := &audit.Record{Time: e.At.UTC(), RequestID: e.ID, Node: n.s.Name, Tenant: e.Tenant, Endpoint: e.API.String(), Residency: string(e.Residency.Jurisdiction),
 		Strict: e.Strict, Status: e.Status, Outcome: e.Outcome()}
 	if e.Origin != "" {
 		rec.Nodes = append(rec.Nodes, e.Origin)

@@ -27,6 +27,7 @@ type upstream struct {
 	in, out    float64
 	priority   int
 	models     []string // default: gpt-4o-mini
+	embeddings []string // embedding models, priced at in per million input tokens
 	emu        emulator.Config
 	rpm        int
 	apiKey     string
@@ -108,6 +109,12 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 				ec.Deployments[m+"-dep"] = m
 			}
 		}
+		for _, m := range u.embeddings {
+			ec.Models[m] = emulator.Price{InputUSDPerMTok: u.in}
+			if u.kind == "azure" {
+				ec.Deployments[m+"-dep"] = m
+			}
+		}
 		if u.apiKey != "" {
 			envName := strings.ToUpper(strings.ReplaceAll(u.name, "-", "_")) + "_KEY"
 			env[envName] = u.apiKey
@@ -115,6 +122,14 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 		}
 		for _, m := range models {
 			ms := node.ModelSection{Name: m, InputUSDPerMTok: u.in, OutputUSDPerMTok: u.out}
+			if u.kind == "azure" {
+				ms.Deployment = m + "-dep"
+				ps.APIVersion = "2024-10-21"
+			}
+			ps.Models = append(ps.Models, ms)
+		}
+		for _, m := range u.embeddings {
+			ms := node.ModelSection{Name: m, InputUSDPerMTok: u.in, API: "embeddings"}
 			if u.kind == "azure" {
 				ms.Deployment = m + "-dep"
 				ps.APIVersion = "2024-10-21"

@@ -13,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/forward"
 	pb "github.com/llmesh/llmesh/proto"
+	"github.com/llmesh/llmesh/route"
 )
 
 // newForwarder is the sending side of this node's forwards, to the peers
@@ -37,7 +38,8 @@ func newForwarder(n *Node, view *forward.View) *forward.Forwarder {
 // target passes this node's own planner and guard (admit and serve).
 func (n *Node) serveForward(ctx context.Context, in *pb.ForwardRequest, meta forward.Meta, sink *forward.Sink) forward.Answer {
 	t, ok := n.tenants.Load().Named(in.Tenant)
-	req := &inbound{origin: fromPeer, tenant: t, claimed: in.Tenant, body: in.Body, session: in.Session,
+	api, known := route.ParseAPI(in.Api)
+	req := &inbound{origin: fromPeer, api: api, tenant: t, claimed: in.Tenant, body: in.Body, session: in.Session,
 		residency: in.Residency, strict: in.StrictTransit, sender: in.Origin, hint: in.Provider, spill: in.Spill,
 		traceparent: meta.TraceParent, tracestate: meta.TraceState, id: in.RequestId, start: n.now()}
 	if in.Handoff {
@@ -45,6 +47,9 @@ func (n *Node) serveForward(ctx context.Context, in *pb.ForwardRequest, meta for
 	}
 	if !ok {
 		req.authErr = fmt.Errorf("%w: tenant %q is not configured on node %s", errUnauthorized, in.Tenant, n.s.Name)
+	}
+	if !known {
+		req.authErr = &route.InvalidRequestError{Msg: fmt.Sprintf("node %s does not serve the %q API (a newer node sent it)", n.s.Name, in.Api)}
 	}
 	a := n.serve(ctx, req, forwardSink{sink})
 	switch {

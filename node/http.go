@@ -19,7 +19,8 @@ import (
 // routes returns the node's HTTP API.
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/chat/completions", n.only(http.MethodPost, n.chat))
+	mux.HandleFunc("/v1/chat/completions", n.only(http.MethodPost, n.api(route.APIChat)))
+	mux.HandleFunc("/v1/embeddings", n.only(http.MethodPost, n.api(route.APIEmbeddings)))
 	mux.HandleFunc("/v1/models", n.only(http.MethodGet, n.models))
 	mux.HandleFunc("/healthz", n.only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.Name})
@@ -167,13 +168,17 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// chat serves POST /v1/chat/completions over the pipeline: the client's
-// key authenticates the tenant, and the body is read once its tenant
-// holds a place.
-func (n *Node) chat(w http.ResponseWriter, r *http.Request) {
+// api serves one of the OpenAI APIs (POST /v1/chat/completions, POST
+// /v1/embeddings) over the pipeline: the client's key authenticates the
+// tenant, and the body is read once its tenant holds a place.
+func (n *Node) api(api route.API) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { n.clientRequest(api, w, r) }
+}
+
+func (n *Node) clientRequest(api route.API, w http.ResponseWriter, r *http.Request) {
 	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
 	t, ok := n.tenants.Load().Authenticate(r)
-	in := &inbound{origin: fromClient, tenant: t, id: requestID(r), start: n.now(),
+	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(),
 		read:    func() ([]byte, error) { return n.readBody(w, sink.rc, r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
 		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}

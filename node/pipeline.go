@@ -40,6 +40,8 @@ const (
 // inbound is one request as a transport received it, before admission.
 type inbound struct {
 	origin origin
+	// api is the endpoint the request was sent to.
+	api route.API
 	// tenant is the authentication's result. When it failed, tenant is
 	// nil and authErr is what the request is refused with; both nil is an
 	// unrestricted explain (the admin's, naming no tenant).
@@ -137,7 +139,7 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	if !in.planOnly {
 		n.logPrompt(in.id, t.Name, in.body)
 	}
-	chat, err := n.parseChat(in.body)
+	chat, err := n.parseChat(in.api, in.body)
 	if err != nil {
 		return nil, err
 	}
@@ -216,9 +218,9 @@ func (n *Node) policyOf(t *tenant.Tenant) (region.Residency, bool) {
 	return res, strict
 }
 
-// parseChat decodes a chat completion request within the node's limits.
-func (n *Node) parseChat(body []byte) (*route.ChatRequest, error) {
-	chat, err := route.ParseChatRequest(body)
+// parseChat decodes a request of api within the node's limits.
+func (n *Node) parseChat(api route.API, body []byte) (*route.ChatRequest, error) {
+	chat, err := api.Parse(body)
 	if err != nil {
 		return nil, err
 	}

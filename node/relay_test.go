@@ -41,7 +41,7 @@ func TestAbandonedStreamIsAccounted(t *testing.T) {
 	resp.Body.Close()
 	wait.For(t, 5*time.Second, "the abandoned stream to be accounted", func() bool {
 		m := readAll(t, mustGet(t, f.url+"/metrics").Body)
-		return strings.Contains(m, `llmesh_requests_total{code="499",model="gpt-4o-mini",provider="p"} 1`) &&
+		return strings.Contains(m, `llmesh_requests_total{code="499",endpoint="chat",model="gpt-4o-mini",provider="p"} 1`) &&
 			strings.Contains(m, `llmesh_cost_usd_total{model="gpt-4o-mini",provider="p",tenant="t1"}`) &&
 			!strings.Contains(m, `llmesh_tokens_total{direction="completion",model="gpt-4o-mini",provider="p"} 0`)
 	})

@@ -116,7 +116,7 @@ func (n *Node) execute(ctx context.Context, in *inbound, req *route.Request, rt 
 
 // decisionOf is the decision record of a request that ended as a did.
 func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer) decisions.Decision {
-	e := decisions.Decision{At: in.start, ID: in.id, Tenant: in.claimed, Model: "unknown", Origin: in.sender,
+	e := decisions.Decision{At: in.start, ID: in.id, API: in.api, Tenant: in.claimed, Model: "unknown", Origin: in.sender,
 		Status: a.status, Result: a.res, Err: a.err}
 	if in.tenant != nil {
 		e.Tenant = in.tenant.Name
@@ -176,8 +176,9 @@ func (n *Node) account(e decisions.Decision, sp *tracing.Span) {
 	n.recordTraffic(&e)
 	n.auditDecision(&e)
 	res, model, provider := e.Result, e.Model, e.Provider
-	n.metrics.Answered(metrics.Request{Tenant: e.Tenant, Model: model, Provider: provider, Status: e.Status, Stream: e.Stream, Took: e.Took, Result: res})
-	attrs := []any{"request_id", e.ID, "tenant", e.Tenant, "model", model, "status", e.Status, "outcome", e.Outcome(),
+	n.metrics.Answered(metrics.Request{Tenant: e.Tenant, Model: model, Provider: provider, Endpoint: e.API.String(), Status: e.Status,
+		Stream: e.Stream, Took: e.Took, Result: res})
+	attrs := []any{"request_id", e.ID, "endpoint", e.API.String(), "tenant", e.Tenant, "model", model, "status", e.Status, "outcome", e.Outcome(),
 		"stream", e.Stream, "ms", e.Took.Milliseconds()}
 	if e.Origin != "" {
 		attrs = append(attrs, "forwarded_by", e.Origin)

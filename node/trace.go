@@ -26,8 +26,8 @@ func (n *Node) endSpan(sp *tracing.Span, e *decisions.Decision, via string) {
 	if sp == nil {
 		return
 	}
-	f := tracing.Finish{Name: "chat " + e.Model, End: e.At.Add(e.Took), Attrs: []tracing.Attr{
-		tracing.String("gen_ai.operation.name", "chat"), tracing.String("gen_ai.request.model", e.Model),
+	f := tracing.Finish{Name: e.API.String() + " " + e.Model, End: e.At.Add(e.Took), Attrs: []tracing.Attr{
+		tracing.String("gen_ai.operation.name", e.API.String()), tracing.String("gen_ai.request.model", e.Model),
 		tracing.String("llmesh.request_id", e.ID), tracing.String("llmesh.tenant", e.Tenant),
 		tracing.String("llmesh.outcome", e.Outcome()),
 		tracing.Int("http.response.status_code", int64(e.Status)), tracing.Bool("llmesh.stream", e.Stream),

@@ -142,7 +142,11 @@ type ForwardRequest struct {
 	// spill marks a request sent here because the origin's own rate share
 	// of provider is spent: the origin counts it as its demand, so the
 	// receiver spends its share on it without counting it as its own.
-	Spill         bool `protobuf:"varint,10,opt,name=spill,proto3" json:"spill,omitempty"`
+	Spill bool `protobuf:"varint,10,opt,name=spill,proto3" json:"spill,omitempty"`
+	// api is the endpoint the client called: "chat" (or "", from an older
+	// node) or "embeddings". A node that does not serve it refuses the
+	// forward.
+	Api           string `protobuf:"bytes,11,opt,name=api,proto3" json:"api,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +249,13 @@ func (x *ForwardRequest) GetSpill() bool {
 		return x.Spill
 	}
 	return false
+}
+
+func (x *ForwardRequest) GetApi() string {
+	if x != nil {
+		return x.Api
+	}
+	return ""
 }
 
 type ForwardReply struct {
@@ -511,7 +522,7 @@ const file_mesh_proto_rawDesc = "" +
 	"\tdecisions\x18\x01 \x01(\x05R\tdecisions\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x05R\aseconds\"0\n" +
 	"\fObserveReply\x12 \n" +
-	"\vobservation\x18\x01 \x01(\fR\vobservation\"\x9e\x02\n" +
+	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xb0\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -524,7 +535,8 @@ const file_mesh_proto_rawDesc = "" +
 	"\x04body\x18\b \x01(\fR\x04body\x12\x18\n" +
 	"\ahandoff\x18\t \x01(\bR\ahandoff\x12\x14\n" +
 	"\x05spill\x18\n" +
-	" \x01(\bR\x05spill\"\x83\x01\n" +
+	" \x01(\bR\x05spill\x12\x10\n" +
+	"\x03api\x18\v \x01(\tR\x03api\"\x83\x01\n" +
 	"\fForwardReply\x12%\n" +
 	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12.\n" +

@@ -65,7 +65,7 @@ func (c *call) attempt() *attemptResult {
 func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
 	t, req := c.t, c.req
 	body := req.Chat.UpstreamBody(t.Offer.UpstreamModel())
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, t.Endpoint(), bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, urlFor(t.Endpoint(), req.Chat.API), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -141,9 +141,14 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	}
 	var doc struct {
 		Choices []struct{} `json:"choices"`
+		Data    []struct{} `json:"data"` // an embeddings list's
 		Usage   *Usage     `json:"usage"`
 	}
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.Choices) == 0 {
+	err := json.Unmarshal(buf.Bytes(), &doc)
+	switch {
+	case req.Chat.API == APIEmbeddings && (err != nil || len(doc.Data) == 0):
+		return c.fail(OutcomeBadResponse, "answer is not a list of embeddings")
+	case req.Chat.API == APIChat && (err != nil || len(doc.Choices) == 0):
 		return c.fail(OutcomeBadResponse, "answer is not a chat completion")
 	}
 	if doc.Usage != nil {
@@ -185,7 +190,7 @@ func (e *Executor) countWhole(req *Request, answer []byte) Usage {
 		} `json:"choices"`
 	}
 	_ = json.Unmarshal(answer, &doc)
-	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
+	u := Usage{PromptTokens: e.tokens.CountPrompt(req.Chat)}
 	for _, c := range doc.Choices {
 		u.CompletionTokens += e.tokens.Count(c.Message.Content)
 		for _, tc := range c.Message.ToolCalls {

@@ -78,6 +78,9 @@ type Model struct {
 	// MaxOutputTokens bounds a completion when the request gives no
 	// max_tokens; it prices the worst case of such requests.
 	MaxOutputTokens int
+	// API is what the model serves: chat completions (the zero value) or
+	// embeddings. Every provider of a model must agree.
+	API API
 }
 
 // DefaultMaxOutputTokens is Model.MaxOutputTokens when not configured.
@@ -169,8 +172,11 @@ func NewCatalog(providers []Provider, groups ...Group) (*Catalog, error) {
 				}
 				o.Endpoints = append(o.Endpoints, ep)
 			}
-			if len(c.byModel[m.Name]) == 0 {
+			if prev := c.byModel[m.Name]; len(prev) == 0 {
 				c.models = append(c.models, m.Name)
+			} else if prev[0].Model.API != m.API {
+				return nil, fmt.Errorf("provider %s: model %q is served for %s by %s, and for %s here", p.Name, m.Name,
+					prev[0].Model.API, prev[0].Provider.Name, m.API)
 			}
 			c.byModel[m.Name] = append(c.byModel[m.Name], o)
 		}
@@ -203,6 +209,9 @@ func (c *Catalog) addGroup(g *Group) error {
 	for _, m := range g.Members {
 		if c.byModel[m] == nil {
 			return fmt.Errorf("member %q is not a model any provider serves", m)
+		}
+		if a, b := c.byModel[m][0].Model.API, c.byModel[g.Members[0]][0].Model.API; a != b {
+			return fmt.Errorf("member %q is a model for %s, and %q for %s: a group's members serve one API", m, a, g.Members[0], b)
 		}
 	}
 	for i, t := range g.Tiers {

@@ -80,7 +80,8 @@ type Target struct {
 // Provider returns the target's provider name.
 func (t *Target) Provider() string { return t.Offer.Provider.Name }
 
-// Endpoint returns the URL the attempt is sent to.
+// Endpoint returns the chat completions URL of the target's replica; the
+// executor sends another API's request to that API's path beside it.
 func (t *Target) Endpoint() string { return t.Offer.Endpoints[t.Replica] }
 
 // ReplicaName is the name of the target's replica, as X-LLMesh-Replica
@@ -291,7 +292,10 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 		}
 		compliant++
 		out := req.Chat.N * o.Model.MaxOutputTokens
-		if req.Chat.MaxTokens > 0 {
+		switch {
+		case req.Chat.API == APIEmbeddings:
+			out = 0 // an embedding is priced by its input alone
+		case req.Chat.MaxTokens > 0:
 			out = req.Chat.N * req.Chat.MaxTokens
 		}
 		plan.OutputTokens = max(plan.OutputTokens, out)
@@ -383,7 +387,15 @@ func (p *Planner) offers(req *Request, plan *Plan) ([][]*Offer, error) {
 		if len(offers) == 0 {
 			return nil, fmt.Errorf("%w: %q is not served here; GET /v1/models lists the models", ErrModelNotFound, name)
 		}
+		if offers[0].Model.API != req.Chat.API {
+			return nil, &InvalidRequestError{Param: "model", Msg: fmt.Sprintf("%q is a model for %s, not %s: send it to POST /v1%s",
+				name, offers[0].Model.API, req.Chat.API, offers[0].Model.API.path())}
+		}
 		return [][]*Offer{offers}, nil
+	}
+	if a := p.Catalog.Offers(g.Members[0])[0].Model.API; a != req.Chat.API {
+		return nil, &InvalidRequestError{Param: "model", Msg: fmt.Sprintf("%q is a group of models for %s, not %s: send it to POST /v1%s",
+			name, a, req.Chat.API, a.path())}
 	}
 	plan.Group = g.Name
 	members, weighted, choice := g.choose(req.Session, plan.PromptTokens)

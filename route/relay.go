@@ -415,7 +415,7 @@ func skipColon(b []byte, i int) int {
 // as many tokens a byte as the kept ones did (an estimate, close for a
 // steady stream).
 func (e *Executor) countStream(req *Request, kept []byte, beyond int) Usage {
-	u := Usage{PromptTokens: e.tokens.CountMessages(req.Chat.Messages)}
+	u := Usage{PromptTokens: e.tokens.CountPrompt(req.Chat)}
 	var text strings.Builder
 	for line := range bytes.SplitSeq(kept, []byte{0}) {
 		var c struct {

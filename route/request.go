@@ -8,11 +8,15 @@ import (
 	"unicode/utf8"
 )
 
-// ChatRequest is a decoded, validated chat completion request. The node
-// interprets only the fields below; every other field of the body (tools,
-// tool_choice, response_format, seed, logprobs, vendor extensions, ...) is
-// relayed to the provider byte for byte.
+// ChatRequest is a decoded, validated request of one of the APIs a node
+// serves: a chat completion, or (API) an embeddings request, which has
+// input in place of messages and no completion. The node interprets only
+// the fields below; every other field of the body (tools, tool_choice,
+// response_format, seed, logprobs, encoding_format, vendor extensions,
+// ...) is relayed to the provider byte for byte.
 type ChatRequest struct {
+	// API is the endpoint the request was sent to.
+	API      API
 	Model    string
 	Messages []Message
 	Stream   bool
@@ -28,11 +32,15 @@ type ChatRequest struct {
 	// X-LLMesh-Session header is given.
 	User string
 
-	textBytes int // bytes of text in messages: content, names, tool calls
+	textBytes int // bytes of text in messages (content, names, tool calls) or inputs
 	images    int // image parts, each priced at tokensPerImage at most
-	raw       []byte
-	rawLen    int // a synthetic request's body length (it has no body)
-	members   []member
+	// inputs are an embeddings request's texts, inputTokens its token
+	// ids given as numbers.
+	inputs      []string
+	inputTokens int
+	raw         []byte
+	rawLen      int // a synthetic request's body length (it has no body)
+	members     []member
 }
 
 // member locates one top-level field of the raw body.

@@ -103,6 +103,19 @@ func (t Tokenizer) CountMessages(msgs []Message) int {
 	return n
 }
 
+// CountPrompt returns the prompt tokens of r as the provider counts them:
+// a chat's messages with their framing, an embeddings request's inputs.
+func (t Tokenizer) CountPrompt(r *ChatRequest) int {
+	if r.API != APIEmbeddings {
+		return t.CountMessages(r.Messages)
+	}
+	n := r.inputTokens
+	for _, s := range r.inputs {
+		n += t.Count(s)
+	}
+	return n
+}
+
 // PromptEstimate returns the prompt tokens of r without tokenising: an
 // expected figure for planning (about four bytes a token, as for English on
 // OpenAI's encodings) and a true upper bound for reservations. The bound
@@ -112,6 +125,9 @@ func (t Tokenizer) CountMessages(msgs []Message) int {
 // images, which the body may only link to, are bounded by tokensPerImage.
 func (r *ChatRequest) PromptEstimate() (expected, upper int) {
 	framing := tokensReplyPrime + len(r.Messages)*(tokensPerMessage+tokensPerName)
+	if r.API == APIEmbeddings {
+		framing = r.inputTokens // given as ids: exact; the ids' digits bound them in raw too
+	}
 	raw := len(r.raw)
 	if r.raw == nil {
 		raw = r.rawLen // a synthetic request

@@ -36,6 +36,7 @@ type Record struct {
 	RequestID string    `json:"request_id"`
 	Node      string    `json:"node"` // the node that wrote the line
 	Tenant    string    `json:"tenant"`
+	Endpoint  string    `json:"endpoint,omitempty"` // the API: chat, embeddings
 	Residency string    `json:"residency"`
 	Strict    bool      `json:"strict_transit,omitempty"`
 	// Nodes are the nodes the request passed, in order: the one the

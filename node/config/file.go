@@ -110,6 +110,8 @@ type ModelSection struct {
 	InputUSDPerMTok  float64 `yaml:"input_usd_per_mtok"`
 	OutputUSDPerMTok float64 `yaml:"output_usd_per_mtok"`
 	MaxOutputTokens  int     `yaml:"max_output_tokens"` // default 4096
+	// API is what the model serves: chat (the default) or embeddings.
+	API string `yaml:"api"`
 }
 
 // TenantSection is one tenant: who may call, where its data may go and

@@ -51,10 +51,11 @@ func DevConfig() *File {
 	return c
 }
 
-// devProviders are the dev stack's providers: the same gpt-4o models from
-// OpenAI in the US and Azure OpenAI in the EU, and an open model from a
-// self-hosted GPU cluster that only the EU region can reach, cheaper than
-// a hosted API serving it globally.
+// devProviders are the dev stack's providers: the same gpt-4o and
+// embedding models from OpenAI in the US and Azure OpenAI in the EU, and
+// open chat and embedding models from a self-hosted GPU cluster that only
+// the EU region can reach, cheaper than a hosted API serving them
+// globally.
 func devProviders() []ProviderSection {
 	gpt := []ModelSection{
 		{Name: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60},
@@ -64,8 +65,11 @@ func devProviders() []ProviderSection {
 		{Name: "gpt-4o-mini", Deployment: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60},
 		{Name: "gpt-4o", Deployment: "gpt-4o", InputUSDPerMTok: 2.50, OutputUSDPerMTok: 10},
 	}
+	gpt = append(gpt, ModelSection{Name: "text-embedding-3-small", InputUSDPerMTok: 0.02, API: "embeddings"})
+	azure = append(azure, ModelSection{Name: "text-embedding-3-small", Deployment: "text-embedding-3-small", InputUSDPerMTok: 0.02, API: "embeddings"})
 	llama := func(in, out float64) []ModelSection {
-		return []ModelSection{{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: in, OutputUSDPerMTok: out}}
+		return []ModelSection{{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: in, OutputUSDPerMTok: out},
+			{Name: "bge-m3", Upstream: "BAAI/bge-m3", InputUSDPerMTok: in / 5, API: "embeddings"}}
 	}
 	return []ProviderSection{
 		{Name: "openai-us", Kind: "openai", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, Models: gpt},

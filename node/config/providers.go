@@ -129,10 +129,17 @@ func resolveModels(f string, kind route.Kind, ms []ModelSection, p *problems) []
 		if kind != route.KindAzure && m.Deployment != "" {
 			p.bad(mf+".deployment", "is only for azure providers")
 		}
+		api, ok := route.ParseAPI(m.API)
+		if !ok {
+			p.bad(mf+".api", "must be chat or embeddings; got %q", m.API)
+		}
+		if api == route.APIEmbeddings && (m.OutputUSDPerMTok != 0 || m.MaxOutputTokens != 0) {
+			p.bad(mf+".api", "an embeddings model has no output: leave output_usd_per_mtok and max_output_tokens unset")
+		}
 		out = append(out, route.Model{
 			Name: m.Name, Upstream: m.Upstream, Deployment: m.Deployment,
 			InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok,
-			MaxOutputTokens: m.MaxOutputTokens,
+			MaxOutputTokens: m.MaxOutputTokens, API: api,
 		})
 	}
 	return out

@@ -26,6 +26,7 @@ const StatusClientClosed = 499
 type Decision struct {
 	At                                  time.Time
 	ID, Tenant, Model, Provider, Origin string
+	API                                 route.API
 	Status                              int
 	Stream                              bool
 	Took                                time.Duration
@@ -57,7 +58,7 @@ func (e *Decision) Outcome() string {
 // the client was answered with (its code and its redacted message); it
 // is called only when there is one.
 func (e *Decision) View(refusal func(error) string) views.Decision {
-	v := views.Decision{Time: e.At, RequestID: e.ID, Tenant: e.Tenant, Model: e.Model, Stream: e.Stream, Provider: e.Provider,
+	v := views.Decision{Time: e.At, RequestID: e.ID, Endpoint: e.API.String(), Tenant: e.Tenant, Model: e.Model, Stream: e.Stream, Provider: e.Provider,
 		ForwardedBy: e.Origin, Status: e.Status, Outcome: e.Outcome(), Millis: e.Took.Milliseconds(),
 		Attempts: []views.AttemptView{}}
 	if e.Result != nil {

@@ -59,12 +59,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_requests_total",
-			Help: "Chat completion requests answered, by model, provider that answered (empty if none) and HTTP status.",
-		}, []string{"model", "provider", "code"})).(*prometheus.CounterVec),
+			Help: "API requests answered, by endpoint (chat, embeddings), model, provider that answered (empty if none) and HTTP status.",
+		}, []string{"endpoint", "model", "provider", "code"})).(*prometheus.CounterVec),
 		duration: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmesh_request_duration_seconds", Buckets: latencyBuckets(),
-			Help: "Time from a request's arrival to its last byte, by model and whether it streamed.",
-		}, []string{"model", "stream"})).(*prometheus.HistogramVec),
+			Help: "Time from a request's arrival to its last byte, by endpoint, model and whether it streamed.",
+		}, []string{"endpoint", "model", "stream"})).(*prometheus.HistogramVec),
 		ttft: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmesh_time_to_first_token_seconds", Buckets: latencyBuckets(),
 			Help: "Time from a streamed request's arrival to its first event, by model and provider.",
@@ -199,8 +199,10 @@ type Request struct {
 	// Tenant, Model and Provider label the request ("unknown" for a
 	// model the catalog does not know; Provider "" if none answered).
 	Tenant, Model, Provider string
-	Status                  int
-	Stream                  bool
+	// Endpoint is the API's name (route.API.String).
+	Endpoint string
+	Status   int
+	Stream   bool
 	// Took is from the request's arrival to its last byte.
 	Took time.Duration
 	// Result is nil when the request never got a plan.
@@ -212,8 +214,8 @@ type Request struct {
 // through a peer counts neither), so a forwarded request is not counted
 // twice.
 func (m *Metrics) Answered(r Request) {
-	m.requests.WithLabelValues(r.Model, r.Provider, strconv.Itoa(r.Status)).Inc()
-	m.duration.WithLabelValues(r.Model, strconv.FormatBool(r.Stream)).Observe(r.Took.Seconds())
+	m.requests.WithLabelValues(r.Endpoint, r.Model, r.Provider, strconv.Itoa(r.Status)).Inc()
+	m.duration.WithLabelValues(r.Endpoint, r.Model, strconv.FormatBool(r.Stream)).Observe(r.Took.Seconds())
 	res := r.Result
 	if res == nil {
 		return

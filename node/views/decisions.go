@@ -6,6 +6,7 @@ import "time"
 type Decision struct {
 	Time        time.Time     `json:"time"`
 	RequestID   string        `json:"request_id"`
+	Endpoint    string        `json:"endpoint"` // the API: chat, embeddings
 	Tenant      string        `json:"tenant"`
 	Model       string        `json:"model"`
 	Stream      bool          `json:"stream"`

@@ -1,0 +1,119 @@
+package node_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
+	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
+)
+
+// embeddingUpstreams are the three regions' providers, each also serving
+// the embedding model emb (gpu-eu reached only from eu-west).
+func embeddingUpstreams() []upstream {
+	ups := regionsUpstreams(emulator.Config{})
+	for i := range ups {
+		ups[i].embeddings = []string{"emb"}
+	}
+	return ups
+}
+
+// The official client's Embeddings call, from an eu tenant entering at
+// the us node: served by an eu provider only (the region-reach GPU
+// cluster through eu-1, the cheapest), the vectors and usage relayed, the
+// client's model name kept, the cost counted, the decision and metrics
+// labelled with the endpoint.
+func TestEmbeddingsAcrossTheMesh(t *testing.T) {
+	f := startRegions(t, embeddingUpstreams(), nil)
+	before := f.requests()
+	client := regionClient(f.urls["us"], euKey)
+	var hdr *http.Response
+	resp, err := client.Embeddings.New(context.Background(), openai.EmbeddingNewParams{
+		Model: "emb",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"Bonjour le monde", "Guten Tag"}},
+	}, option.WithResponseInto(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Data) != 2 || len(resp.Data[0].Embedding) == 0 || resp.Model != "emb" || resp.Usage.PromptTokens == 0 {
+		t.Fatalf("answer: %d vectors, model %q, usage %+v", len(resp.Data), resp.Model, resp.Usage)
+	}
+	if p, via := hdr.Header.Get("X-LLMesh-Provider"), hdr.Header.Get("X-LLMesh-Via"); p != "gpu-eu" || via != "eu-1" {
+		t.Fatalf("served by %q via %q; want gpu-eu via eu-1 (the eu tenant's cheapest, region-reach provider)", p, via)
+	}
+	after := f.requests()
+	for _, p := range []string{"openai-us", "gpu-ap"} {
+		if after[p] != before[p] {
+			t.Fatalf("%s received the eu tenant's embeddings", p)
+		}
+	}
+	// The decision at the us node names the endpoint and the cost.
+	var doc views.Decisions
+	wait.For(t, 5*time.Second, "the decision", func() bool {
+		doc = views.Decisions{}
+		getJSON(t, f.urls["us"]+"/v1/mesh/decisions?limit=1", "", &doc)
+		return len(doc.Decisions) == 1
+	})
+	if d := doc.Decisions[0]; d.Endpoint != "embeddings" || d.CostUSD <= 0 || d.Provider != "gpu-eu" {
+		t.Fatalf("decision %+v", d)
+	}
+	if m := readAll(t, mustGet(t, f.urls["us"]+"/metrics").Body); !strings.Contains(m, `llmesh_requests_total{code="200",endpoint="embeddings",model="emb",provider="gpu-eu"} 1`) {
+		t.Fatal("llmesh_requests_total has no endpoint=embeddings series")
+	}
+}
+
+// Bad embeddings requests get 400s in OpenAI's shape naming the
+// parameter, as chat's do; a chat model sent to /v1/embeddings, or an
+// embedding model to /v1/chat/completions, is told where to go.
+func TestEmbeddingsBadInput(t *testing.T) {
+	f := startNode(t, []upstream{{name: "p", kind: "openai", embeddings: []string{"emb"}}}, func(c *node.Config) { c.Limits.MaxBodyBytes = 64 << 10 })
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, f.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, readAll(t, resp.Body)
+	}
+	for _, c := range []struct{ body, param, msg string }{
+		{`{"model":"emb","input":`, "", "not valid JSON"},
+		{`{"model":"emb"}`, "input", "is required"},
+		{`{"input":"hi"}`, "model", "is required"},
+		{`{"model":"emb","input":""}`, "input", "must not be an empty string"},
+		{`{"model":"emb","input":[]}`, "input", "must not be empty"},
+		{`{"model":"emb","input":{"a":1}}`, "input", "must be a string"},
+		{`{"model":"emb","input":["a",7.5]}`, "input[1]", "token id"},
+		{`{"model":"emb","input":[[1,-2]]}`, "input[0][1]", "token id"},
+		{`{"model":"emb","input":"hi","encoding_format":"int8"}`, "encoding_format", "must be float or base64"},
+		{`{"model":"emb","input":"hi","dimensions":0}`, "dimensions", "between"},
+		{`{"model":"emb","input":"hi","stream":true}`, "stream", "not a parameter"},
+		{`{"model":"emb","model":"emb","input":"hi"}`, "model", "more than once"},
+		{`{"model":"gpt-4o-mini","input":"hi"}`, "model", "POST /v1/chat/completions"},
+	} {
+		code, body := post("/v1/embeddings", c.body)
+		if code != 400 || !strings.Contains(body, `"invalid_request_error"`) || !strings.Contains(body, c.msg) ||
+			(c.param != "" && !strings.Contains(body, `"param":"`+c.param+`"`)) {
+			t.Errorf("%s: %d %s; want 400 naming %q with %q", c.body, code, body, c.param, c.msg)
+		}
+	}
+	code, body := post("/v1/chat/completions", `{"model":"emb","messages":[{"role":"user","content":"hi"}]}`)
+	if code != 400 || !strings.Contains(body, "POST /v1/embeddings") {
+		t.Errorf("an embedding model at chat: %d %s", code, body)
+	}
+	if code, body := post("/v1/embeddings", `{"model":"nope","input":"hi"}`); code != 404 || !strings.Contains(body, "model_not_found") {
+		t.Errorf("unknown model: %d %s", code, body)
+	}
+	big := `{"model":"emb","input":"` + strings.Repeat("a", 100<<10) + `"}`
+	if code, body := post("/v1/embeddings", big); code != 413 || !strings.Contains(body, "request_too_large") {
+		t.Errorf("oversize: %d %.200s", code, body)
+	}
+}
