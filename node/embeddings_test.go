@@ -76,12 +76,7 @@ func TestEmbeddingsAcrossTheMesh(t *testing.T) {
 func TestEmbeddingsBadInput(t *testing.T) {
 	f := startNode(t, []upstream{{name: "p", kind: "openai", embeddings: []string{"emb"}}}, func(c *node.Config) { c.Limits.MaxBodyBytes = 64 << 10 })
 	post := func(path, body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, f.url+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postPath(t, f.url+path, testKey, body)
 		return resp.StatusCode, readAll(t, resp.Body)
 	}
 	for _, c := range []struct{ body, param, msg string }{
@@ -115,5 +110,66 @@ func TestEmbeddingsBadInput(t *testing.T) {
 	big := `{"model":"emb","input":"` + strings.Repeat("a", 100<<10) + `"}`
 	if code, body := post("/v1/embeddings", big); code != 413 || !strings.Contains(body, "request_too_large") {
 		t.Errorf("oversize: %d %.200s", code, body)
+	}
+}
+
+// Legacy completions through the mesh with the official client, whole
+// and streamed: an eu tenant at the us node, served in the eu, the
+// client's model name kept, usage relayed, the endpoint named.
+func TestCompletionsAcrossTheMesh(t *testing.T) {
+	f := startRegions(t, regionsUpstreams(emulator.Config{}), nil)
+	client := regionClient(f.urls["us"], euKey)
+	ctx := context.Background()
+	var hdr *http.Response
+	resp, err := client.Completions.New(ctx, openai.CompletionNewParams{
+		Model: "gpt-4o-mini", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+		MaxTokens: openai.Int(8),
+	}, option.WithResponseInto(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Choices) != 1 || resp.Choices[0].Text == "" || resp.Model != "gpt-4o-mini" || resp.Usage.CompletionTokens != 8 {
+		t.Fatalf("answer %+v", resp)
+	}
+	if p := hdr.Header.Get("X-LLMesh-Provider"); p != "gpu-eu" {
+		t.Fatalf("served by %q; want gpu-eu", p)
+	}
+	stream := client.Completions.NewStreaming(ctx, openai.CompletionNewParams{
+		Model: "gpt-4o-mini", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"Il était une fois"}},
+		MaxTokens: openai.Int(12), StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}, option.WithResponseInto(&hdr))
+	chunks, text, usage := 0, "", int64(0)
+	for stream.Next() {
+		c := stream.Current()
+		chunks++
+		if c.Model != "gpt-4o-mini" {
+			t.Fatalf("chunk names model %q", c.Model)
+		}
+		for _, ch := range c.Choices {
+			text += ch.Text
+		}
+		usage = max(usage, c.Usage.CompletionTokens)
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if chunks < 12 || text == "" || usage != 12 || hdr.Header.Get("X-LLMesh-Via") != "eu-1" {
+		t.Fatalf("stream: %d chunks, %q, usage %d, via %q", chunks, text, usage, hdr.Header.Get("X-LLMesh-Via"))
+	}
+	if m := readAll(t, mustGet(t, f.urls["us"]+"/metrics").Body); !strings.Contains(m, `endpoint="completions",model="gpt-4o-mini",provider="gpu-eu"} 2`) {
+		t.Fatal("llmesh_requests_total has no endpoint=completions series counting both")
+	}
+	// Bad input, in OpenAI's shape.
+	for _, c := range []struct{ body, param string }{
+		{`{"model":"gpt-4o-mini"}`, "prompt"},
+		{`{"model":"gpt-4o-mini","prompt":{"x":1}}`, "prompt"},
+		{`{"model":"gpt-4o-mini","prompt":"x","max_tokens":-1}`, "max_tokens"},
+		{`{"model":"gpt-4o-mini","prompt":"x","n":3,"best_of":2}`, "best_of"},
+		{`{"model":"gpt-4o-mini","prompt":"x","best_of":2,"stream":true}`, "best_of"},
+	} {
+		resp := postPath(t, f.urls["us"]+"/v1/completions", euKey, c.body)
+		if body := readAll(t, resp.Body); resp.StatusCode != 400 || !strings.Contains(body, `"param":"`+c.param+`"`) {
+			t.Errorf("%s: %d %s", c.body, resp.StatusCode, body)
+		}
 	}
 }

@@ -259,7 +259,14 @@ func TestForwardAcrossRegions(t *testing.T) {
 
 func postAs(t *testing.T, url, key, body string, hdr ...string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	return postPath(t, url+"/v1/chat/completions", key, body, hdr...)
+}
+
+// postPath posts body to url with key, and the headers hdr (name, value,
+// ...).
+func postPath(t *testing.T, url, key, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

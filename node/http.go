@@ -21,6 +21,7 @@ func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", n.only(http.MethodPost, n.api(route.APIChat)))
 	mux.HandleFunc("/v1/embeddings", n.only(http.MethodPost, n.api(route.APIEmbeddings)))
+	mux.HandleFunc("/v1/completions", n.only(http.MethodPost, n.api(route.APICompletions)))
 	mux.HandleFunc("/v1/models", n.only(http.MethodGet, n.models))
 	mux.HandleFunc("/healthz", n.only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.Name})
@@ -168,8 +169,8 @@ func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// api serves one of the OpenAI APIs (POST /v1/chat/completions, POST
-// /v1/embeddings) over the pipeline: the client's key authenticates the
+// api serves one of the OpenAI APIs (POST /v1/chat/completions,
+// /v1/embeddings, /v1/completions) over the pipeline: the client's key authenticates the
 // tenant, and the body is read once its tenant holds a place.
 func (n *Node) api(api route.API) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) { n.clientRequest(api, w, r) }

@@ -10,8 +10,9 @@ type API uint8
 
 // The APIs a node serves.
 const (
-	APIChat       API = iota // POST /v1/chat/completions
-	APIEmbeddings            // POST /v1/embeddings
+	APIChat        API = iota // POST /v1/chat/completions
+	APIEmbeddings             // POST /v1/embeddings
+	APICompletions            // POST /v1/completions (legacy)
 )
 
 // String is the API's name in metrics, decisions and the audit trail.
@@ -19,6 +20,8 @@ func (a API) String() string {
 	switch a {
 	case APIEmbeddings:
 		return "embeddings"
+	case APICompletions:
+		return "completions"
 	}
 	return "chat"
 }
@@ -30,23 +33,40 @@ func ParseAPI(s string) (API, bool) {
 		return APIChat, true
 	case "embeddings":
 		return APIEmbeddings, true
+	case "completions":
+		return APICompletions, true
 	}
 	return 0, false
+}
+
+// served is what a model must serve to take a request of the API: a
+// chat model takes legacy completions too.
+func (a API) served() API {
+	if a == APICompletions {
+		return APIChat
+	}
+	return a
 }
 
 // path is the API's path below an OpenAI base's /v1 or an Azure
 // deployment.
 func (a API) path() string {
-	if a == APIEmbeddings {
+	switch a {
+	case APIEmbeddings:
 		return "/embeddings"
+	case APICompletions:
+		return "/completions"
 	}
 	return "/chat/completions"
 }
 
 // Parse decodes and validates body as a request of the API.
 func (a API) Parse(body []byte) (*ChatRequest, error) {
-	if a == APIEmbeddings {
+	switch a {
+	case APIEmbeddings:
 		return ParseEmbeddingsRequest(body)
+	case APICompletions:
+		return ParseCompletionsRequest(body)
 	}
 	return ParseChatRequest(body)
 }

@@ -148,8 +148,8 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	switch {
 	case req.Chat.API == APIEmbeddings && (err != nil || len(doc.Data) == 0):
 		return c.fail(OutcomeBadResponse, "answer is not a list of embeddings")
-	case req.Chat.API == APIChat && (err != nil || len(doc.Choices) == 0):
-		return c.fail(OutcomeBadResponse, "answer is not a chat completion")
+	case req.Chat.API != APIEmbeddings && (err != nil || len(doc.Choices) == 0):
+		return c.fail(OutcomeBadResponse, "answer is not a completion")
 	}
 	if doc.Usage != nil {
 		a.usage = *doc.Usage
@@ -183,6 +183,7 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 func (e *Executor) countWhole(req *Request, answer []byte) Usage {
 	var doc struct {
 		Choices []struct {
+			Text    string `json:"text"` // a legacy completion's
 			Message struct {
 				Content   string     `json:"content"`
 				ToolCalls []ToolCall `json:"tool_calls"`
@@ -192,7 +193,7 @@ func (e *Executor) countWhole(req *Request, answer []byte) Usage {
 	_ = json.Unmarshal(answer, &doc)
 	u := Usage{PromptTokens: e.tokens.CountPrompt(req.Chat)}
 	for _, c := range doc.Choices {
-		u.CompletionTokens += e.tokens.Count(c.Message.Content)
+		u.CompletionTokens += e.tokens.Count(c.Text) + e.tokens.Count(c.Message.Content)
 		for _, tc := range c.Message.ToolCalls {
 			u.CompletionTokens += e.tokens.Count(tc.Function.Name) + e.tokens.Count(tc.Function.Arguments)
 		}

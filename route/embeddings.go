@@ -36,7 +36,7 @@ func ParseEmbeddingsRequest(body []byte) (*ChatRequest, error) {
 			}
 		case "input":
 			haveInput = true
-			if err := r.decodeInput(v); err != nil {
+			if err := r.decodeInput(m.key, v, false); err != nil {
 				return nil, err
 			}
 		case "encoding_format":
@@ -69,36 +69,37 @@ func ParseEmbeddingsRequest(body []byte) (*ChatRequest, error) {
 	return r, nil
 }
 
-// decodeInput reads input: its texts (counted as a chat's message text
-// is) or its token ids (counted exactly).
-func (r *ChatRequest) decodeInput(v []byte) error {
+// decodeInput reads an embeddings input or a completions prompt (key):
+// its texts (counted as a chat's message text is) or its token ids
+// (counted exactly). A prompt may be an empty string, an input not.
+func (r *ChatRequest) decodeInput(key string, v []byte, emptyText bool) error {
 	switch v[0] {
 	case '"':
 		var s string
 		if err := decodeString(v, &s); err != nil {
-			return invalid("input", "%s", err.Error())
+			return invalid(key, "%s", err.Error())
 		}
-		return r.addInput("input", s)
+		return r.addInput(key, s, emptyText)
 	case '[':
 	default:
-		return invalid("input", "must be a string, an array of strings, an array of token ids or an array of arrays of token ids")
+		return invalid(key, "must be a string, an array of strings, an array of token ids or an array of arrays of token ids")
 	}
 	items := scanArray(v)
 	switch {
 	case len(items) == 0:
-		return invalid("input", "must not be empty")
+		return invalid(key, "must not be empty")
 	case len(items) > maxEmbeddingInputs:
-		return invalid("input", "must have at most %d items; got %d", maxEmbeddingInputs, len(items))
+		return invalid(key, "must have at most %d items; got %d", maxEmbeddingInputs, len(items))
 	}
 	for i, it := range items {
-		param := "input[" + strconv.Itoa(i) + "]"
+		param := key + "[" + strconv.Itoa(i) + "]"
 		switch it[0] {
 		case '"':
 			var s string
 			if err := decodeString(it, &s); err != nil {
 				return invalid(param, "%s", err.Error())
 			}
-			if err := r.addInput(param, s); err != nil {
+			if err := r.addInput(param, s, emptyText); err != nil {
 				return err
 			}
 		case '[':
@@ -122,8 +123,8 @@ func (r *ChatRequest) decodeInput(v []byte) error {
 	return nil
 }
 
-func (r *ChatRequest) addInput(param, s string) error {
-	if s == "" {
+func (r *ChatRequest) addInput(param, s string, emptyText bool) error {
+	if s == "" && !emptyText {
 		return invalid(param, "must not be an empty string")
 	}
 	r.inputs = append(r.inputs, s)
@@ -139,5 +140,6 @@ func tokenID(param string, v []byte) error {
 	return nil
 }
 
-// Inputs are an embeddings request's input texts (token ids excepted).
+// Inputs are an embeddings request's input texts, or a completions
+// request's prompts (token ids excepted).
 func (r *ChatRequest) Inputs() []string { return r.inputs }

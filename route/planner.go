@@ -291,12 +291,12 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 			t.Via, t.ViaRegion, t.ViaRTT = node, pv.Region, rtt
 		}
 		compliant++
-		out := req.Chat.N * o.Model.MaxOutputTokens
+		out := req.Chat.Choices() * o.Model.MaxOutputTokens
 		switch {
 		case req.Chat.API == APIEmbeddings:
 			out = 0 // an embedding is priced by its input alone
 		case req.Chat.MaxTokens > 0:
-			out = req.Chat.N * req.Chat.MaxTokens
+			out = req.Chat.Choices() * req.Chat.MaxTokens
 		}
 		plan.OutputTokens = max(plan.OutputTokens, out)
 		t.Cost = o.Model.Cost(plan.PromptTokens, out)
@@ -387,13 +387,13 @@ func (p *Planner) offers(req *Request, plan *Plan) ([][]*Offer, error) {
 		if len(offers) == 0 {
 			return nil, fmt.Errorf("%w: %q is not served here; GET /v1/models lists the models", ErrModelNotFound, name)
 		}
-		if offers[0].Model.API != req.Chat.API {
+		if offers[0].Model.API != req.Chat.API.served() {
 			return nil, &InvalidRequestError{Param: "model", Msg: fmt.Sprintf("%q is a model for %s, not %s: send it to POST /v1%s",
 				name, offers[0].Model.API, req.Chat.API, offers[0].Model.API.path())}
 		}
 		return [][]*Offer{offers}, nil
 	}
-	if a := p.Catalog.Offers(g.Members[0])[0].Model.API; a != req.Chat.API {
+	if a := p.Catalog.Offers(g.Members[0])[0].Model.API; a != req.Chat.API.served() {
 		return nil, &InvalidRequestError{Param: "model", Msg: fmt.Sprintf("%q is a group of models for %s, not %s: send it to POST /v1%s",
 			name, a, req.Chat.API, a.path())}
 	}

@@ -420,6 +420,7 @@ func (e *Executor) countStream(req *Request, kept []byte, beyond int) Usage {
 	for line := range bytes.SplitSeq(kept, []byte{0}) {
 		var c struct {
 			Choices []struct {
+				Text  string `json:"text"` // a legacy completion's
 				Delta struct {
 					Content   string     `json:"content"`
 					ToolCalls []ToolCall `json:"tool_calls"`
@@ -430,6 +431,7 @@ func (e *Executor) countStream(req *Request, kept []byte, beyond int) Usage {
 			continue
 		}
 		for _, ch := range c.Choices {
+			text.WriteString(ch.Text)
 			text.WriteString(ch.Delta.Content)
 			for _, tc := range ch.Delta.ToolCalls {
 				text.WriteString(tc.Function.Name)

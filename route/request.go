@@ -38,6 +38,7 @@ type ChatRequest struct {
 	// ids given as numbers.
 	inputs      []string
 	inputTokens int
+	bestOf      int // a legacy completion's best_of; 0 when absent
 	raw         []byte
 	rawLen      int // a synthetic request's body length (it has no body)
 	members     []member
@@ -167,16 +168,9 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 				return nil, err
 			}
 		case "stream_options":
-			var so struct {
-				IncludeUsage bool `json:"include_usage"`
-			}
-			if v[0] != '{' && v[0] != 'n' {
-				return nil, invalid(m.key, "must be an object")
-			}
-			if err := decodeField(m.key, v, &so); err != nil {
+			if err := r.decodeStreamOptions(v); err != nil {
 				return nil, err
 			}
-			r.IncludeUsage = so.IncludeUsage
 		case "max_tokens":
 			if err := decodeCount(m.key, v, &maxTokens, 1, 1<<30); err != nil {
 				return nil, err
