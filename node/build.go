@@ -132,7 +132,7 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 		n.forward = newForwarder(n, view)
 		fwd = n.forward
 	}
-	n.rt.Store(&routing{catalog: catalog, planner: planner})
+	n.rt.Store(newRouting(catalog, planner, nil, n.now()))
 	n.exec = route.NewExecutor(s.Executor, route.ExecutorDeps{
 		Guard:     route.Guard{Region: s.Region, Regions: s.Regions},
 		Tracker:   n.tracker,

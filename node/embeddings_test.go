@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -171,5 +172,41 @@ func TestCompletionsAcrossTheMesh(t *testing.T) {
 		if body := readAll(t, resp.Body); resp.StatusCode != 400 || !strings.Contains(body, `"param":"`+c.param+`"`) {
 			t.Errorf("%s: %d %s", c.body, resp.StatusCode, body)
 		}
+	}
+}
+
+// GET /v1/models and /v1/models/{id} with the official client: a model
+// names the providers the tenant's residency allows and when it became
+// available; one the tenant may not use is not found, in OpenAI's shape.
+func TestModelsListAndRetrieve(t *testing.T) {
+	ups := embeddingUpstreams()
+	f := startRegions(t, ups, nil)
+	ctx := context.Background()
+	eu := regionClient(f.urls["us"], euKey)
+	page, err := eu.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+		if m.Created <= 0 || m.Object != "model" {
+			t.Errorf("model %+v: created and object must be set", m)
+		}
+	}
+	if strings.Join(ids, ",") != "emb,gpt-4o-mini" {
+		t.Fatalf("models %v", ids)
+	}
+	m, err := eu.Models.Get(ctx, "gpt-4o-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.OwnedBy != "gpu-eu,azure-eu" {
+		t.Fatalf("gpt-4o-mini owned by %q; want the eu tenant's providers only", m.OwnedBy)
+	}
+	_, err = eu.Models.Get(ctx, "nope")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+		t.Fatalf("an unknown model: %v", err)
 	}
 }

@@ -9,10 +9,13 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -23,6 +26,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/embeddings", n.only(http.MethodPost, n.api(route.APIEmbeddings)))
 	mux.HandleFunc("/v1/completions", n.only(http.MethodPost, n.api(route.APICompletions)))
 	mux.HandleFunc("/v1/models", n.only(http.MethodGet, n.models))
+	mux.HandleFunc("/v1/models/{id...}", n.only(http.MethodGet, n.model))
 	mux.HandleFunc("/healthz", n.only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.s.Name})
 	}))
@@ -127,46 +131,72 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "node": n.s.Name})
 }
 
-// models lists the models this tenant may use: those with at least one
-// provider its residency allows.
+// modelInfo is one model in GET /v1/models, in OpenAI's Model shape.
+type modelInfo struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"` // when it became available at this node
+	// OwnedBy names the providers serving it ("llmesh" for a group).
+	OwnedBy string `json:"owned_by"`
+}
+
+// modelsFor lists the models and groups tenant t may use: those with at
+// least one provider its residency allows.
+func (n *Node) modelsFor(t *tenant.Tenant) []modelInfo {
+	residency, _ := n.policyOf(t)
+	rt := n.rt.Load()
+	allowed := func(name string) []string {
+		var by []string
+		for _, o := range rt.catalog.Offers(name) {
+			if residency.Allows(o.Provider.Jurisdictions) && !slices.Contains(by, o.Provider.Name) {
+				by = append(by, o.Provider.Name)
+			}
+		}
+		return by
+	}
+	out := []modelInfo{}
+	for _, name := range rt.catalog.Names() {
+		owners := allowed(name)
+		if g := rt.catalog.Group(name); g != nil {
+			for _, m := range g.Members {
+				if len(allowed(m)) > 0 {
+					owners = []string{"llmesh"}
+				}
+			}
+		}
+		if len(owners) > 0 {
+			out = append(out, modelInfo{ID: name, Object: "model", Created: rt.since[name], OwnedBy: strings.Join(owners, ",")})
+		}
+	}
+	return out
+}
+
+// models serves GET /v1/models: the models this tenant may use.
 func (n *Node) models(w http.ResponseWriter, r *http.Request) {
 	t, ok := n.tenants.Load().Authenticate(r)
 	if !ok {
 		n.writeError(w, errUnauthorized)
 		return
 	}
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": n.modelsFor(t)})
+}
+
+// model serves GET /v1/models/{id}: one of them, or model_not_found
+// (also for a model the tenant's residency allows no provider of).
+func (n *Node) model(w http.ResponseWriter, r *http.Request) {
+	t, ok := n.tenants.Load().Authenticate(r)
+	if !ok {
+		n.writeError(w, errUnauthorized)
+		return
 	}
-	list := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
-	residency, _ := n.policyOf(t)
-	catalog := n.catalog()
-	allowed := func(name string) bool {
-		for _, o := range catalog.Offers(name) {
-			if residency.Allows(o.Provider.Jurisdictions) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, name := range catalog.Names() {
-		ok := allowed(name)
-		if g := catalog.Group(name); g != nil {
-			for _, m := range g.Members {
-				ok = ok || allowed(m)
-			}
-		}
-		if ok {
-			list.Data = append(list.Data, model{ID: name, Object: "model", OwnedBy: "llmesh"})
+	id := r.PathValue("id")
+	for _, m := range n.modelsFor(t) {
+		if m.ID == id {
+			writeJSON(w, http.StatusOK, m)
+			return
 		}
 	}
-	writeJSON(w, http.StatusOK, list)
+	n.writeError(w, fmt.Errorf("%w: %q is not served here for this tenant; GET /v1/models lists the models", route.ErrModelNotFound, id))
 }
 
 // api serves one of the OpenAI APIs (POST /v1/chat/completions,

@@ -17,6 +17,25 @@ import (
 type routing struct {
 	catalog *route.Catalog
 	planner *route.Planner
+	// since is when each model and group became available here (Unix
+	// seconds): GET /v1/models' created. A reload keeps it for those
+	// that stay.
+	since map[string]int64
+}
+
+// newRouting is the routing of catalog and planner at now, keeping the
+// times of old's models (nil at start).
+func newRouting(catalog *route.Catalog, planner *route.Planner, old *routing, now time.Time) *routing {
+	rt := &routing{catalog: catalog, planner: planner, since: map[string]int64{}}
+	for _, name := range catalog.Names() {
+		rt.since[name] = now.Unix()
+		if old != nil {
+			if t, ok := old.since[name]; ok {
+				rt.since[name] = t
+			}
+		}
+	}
+	return rt
 }
 
 func (n *Node) catalog() *route.Catalog { return n.rt.Load().catalog }
@@ -52,7 +71,7 @@ func (n *Node) Reload(cfg *Config) error {
 	case *consensus.RateHolder:
 		q.SetCapacities(ledger.RateCapacities(catalog.Providers()))
 	}
-	n.rt.Store(&routing{catalog: catalog, planner: &p})
+	n.rt.Store(newRouting(catalog, &p, old, n.now()))
 	n.cfg = cfg
 	n.log.Info("configuration reloaded", "providers", len(catalog.Providers()), "models", len(catalog.Models()))
 	if n.ledger != nil {
