@@ -25,6 +25,8 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", n.only(http.MethodPost, n.api(route.APIChat)))
 	mux.HandleFunc("/v1/embeddings", n.only(http.MethodPost, n.api(route.APIEmbeddings)))
 	mux.HandleFunc("/v1/completions", n.only(http.MethodPost, n.api(route.APICompletions)))
+	mux.HandleFunc("/v1/messages", n.only(http.MethodPost, n.messagesHandler))
+	mux.HandleFunc("/v1/messages/count_tokens", n.only(http.MethodPost, n.countTokens))
 	mux.HandleFunc("/v1/models", n.only(http.MethodGet, n.models))
 	mux.HandleFunc("/v1/models/{id...}", n.only(http.MethodGet, n.model))
 	mux.HandleFunc("/healthz", n.only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {

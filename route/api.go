@@ -13,6 +13,10 @@ const (
 	APIChat        API = iota // POST /v1/chat/completions
 	APIEmbeddings             // POST /v1/embeddings
 	APICompletions            // POST /v1/completions (legacy)
+	// APIMessages is Anthropic's POST /v1/messages, translated into a
+	// chat completion at the node the client called: the mesh serves it
+	// as chat, and labels it messages.
+	APIMessages
 )
 
 // String is the API's name in metrics, decisions and the audit trail.
@@ -22,6 +26,8 @@ func (a API) String() string {
 		return "embeddings"
 	case APICompletions:
 		return "completions"
+	case APIMessages:
+		return "messages"
 	}
 	return "chat"
 }
@@ -35,6 +41,8 @@ func ParseAPI(s string) (API, bool) {
 		return APIEmbeddings, true
 	case "completions":
 		return APICompletions, true
+	case "messages":
+		return APIMessages, true
 	}
 	return 0, false
 }
@@ -42,7 +50,7 @@ func ParseAPI(s string) (API, bool) {
 // served is what a model must serve to take a request of the API: a
 // chat model takes legacy completions too.
 func (a API) served() API {
-	if a == APICompletions {
+	if a == APICompletions || a == APIMessages {
 		return APIChat
 	}
 	return a
@@ -67,6 +75,12 @@ func (a API) Parse(body []byte) (*ChatRequest, error) {
 		return ParseEmbeddingsRequest(body)
 	case APICompletions:
 		return ParseCompletionsRequest(body)
+	case APIMessages: // the translated body is a chat completion's
+		r, err := ParseChatRequest(body)
+		if r != nil {
+			r.API = APIMessages
+		}
+		return r, err
 	}
 	return ParseChatRequest(body)
 }

@@ -106,7 +106,7 @@ func (t Tokenizer) CountMessages(msgs []Message) int {
 // CountPrompt returns the prompt tokens of r as the provider counts them:
 // a chat's messages with their framing, an embeddings request's inputs.
 func (t Tokenizer) CountPrompt(r *ChatRequest) int {
-	if r.API == APIChat {
+	if r.API != APIEmbeddings && r.API != APICompletions {
 		return t.CountMessages(r.Messages)
 	}
 	n := r.inputTokens
@@ -125,7 +125,7 @@ func (t Tokenizer) CountPrompt(r *ChatRequest) int {
 // images, which the body may only link to, are bounded by tokensPerImage.
 func (r *ChatRequest) PromptEstimate() (expected, upper int) {
 	framing := tokensReplyPrime + len(r.Messages)*(tokensPerMessage+tokensPerName)
-	if r.API != APIChat {
+	if r.API == APIEmbeddings || r.API == APICompletions {
 		framing = r.inputTokens // given as ids: exact; the ids' digits bound them in raw too
 	}
 	raw := len(r.raw)

@@ -114,6 +114,9 @@ func (k *Keys) Authenticate(r *http.Request) (*Tenant, bool) {
 		key = r.Header.Get("Api-Key")
 	}
 	if key == "" {
+		key = r.Header.Get("X-Api-Key") // Anthropic's clients
+	}
+	if key == "" {
 		return nil, false
 	}
 	sum := sha256.Sum256([]byte(key))

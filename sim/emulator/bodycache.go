@@ -15,6 +15,9 @@ type analysis struct {
 	call       *toolCall // nil: answer in text; shared, never modified
 	callTokens int       // of call.args
 	frags      []string  // call.args as streamed; shared, never modified
+	// answersTool: the last message is a tool's result, which the model
+	// answers in a short text that ends by itself.
+	answersTool bool
 }
 
 // bodyCache remembers the analysis of recent request bodies. Counting

@@ -51,6 +51,9 @@ func (x *exchange) chat(body []byte, dep string, azure bool) {
 	switch {
 	case c.call != nil:
 		c.tokens, c.finish, c.frags = a.callTokens, "tool_calls", a.frags
+	case a.answersTool && (req.MaxTokens == 0 || req.MaxTokens >= cfg.DefaultMaxTokens):
+		// The loop's last turn ends by itself, as a Messages answer does.
+		c.tokens, c.finish = cfg.DefaultMaxTokens, "stop"
 	case req.MaxTokens > 0:
 		c.tokens, c.finish = req.MaxTokens, "length"
 	default:
@@ -83,7 +86,7 @@ func (x *exchange) analyse(body []byte, req *route.ChatRequest) (analysis, *apiE
 	}
 	// A tool's result ends the loop: the model answers it in text.
 	if a.call = t.call; len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
-		a.call = nil
+		a.call, a.answersTool = nil, true
 	}
 	if a.call != nil {
 		a.callTokens = tok.Count(a.call.args)

@@ -1,0 +1,195 @@
+package node
+
+// Anthropic's Messages API at the edge: POST /v1/messages is translated
+// into a chat completion (node/messages) and served by the one pipeline;
+// its answer, whole or streamed, and every refusal are translated back
+// into Anthropic's shapes by messagesSink.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/llmesh/llmesh/node/messages"
+	"github.com/llmesh/llmesh/route"
+)
+
+// messagesHandler serves POST /v1/messages. The key comes in x-api-key
+// (or as a bearer token); anthropic-version must be given, as Anthropic's
+// API requires.
+func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
+	sink := &messagesSink{httpSink: httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}}
+	if r.Header.Get("Anthropic-Version") == "" {
+		sink.refuse(http.StatusBadRequest, "anthropic-version: header is required")
+		return
+	}
+	t, ok := n.tenants.Load().Authenticate(r)
+	in := &inbound{origin: fromClient, api: route.APIMessages, tenant: t, id: requestID(r), start: n.now(),
+		read: func() ([]byte, error) {
+			body, err := n.readBody(w, sink.rc, r)
+			if err != nil {
+				return nil, err
+			}
+			req, err := messages.ToChat(body, false)
+			if err != nil {
+				if me := (*messages.Error)(nil); errors.As(err, &me) {
+					return nil, &route.InvalidRequestError{Msg: me.Msg}
+				}
+				return nil, err
+			}
+			sink.model, sink.stream = req.Model, messages.NewStream(req.Model)
+			if !req.Stream {
+				sink.stream = nil
+			}
+			return req.Chat, nil
+		},
+		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
+		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}
+	if !ok {
+		in.authErr = errUnauthorized
+	}
+	n.serve(r.Context(), in, sink)
+	sink.close()
+}
+
+// countTokens serves POST /v1/messages/count_tokens: the prompt's tokens
+// as this node counts them (o200k, the count its escrow and usage
+// fallback use), without calling a provider.
+func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
+	sink := &messagesSink{httpSink: httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}}
+	if r.Header.Get("Anthropic-Version") == "" {
+		sink.refuse(http.StatusBadRequest, "anthropic-version: header is required")
+		return
+	}
+	if _, ok := n.tenants.Load().Authenticate(r); !ok {
+		sink.refuse(http.StatusUnauthorized, errUnauthorized.Error())
+		return
+	}
+	body, err := n.readBody(w, sink.rc, r)
+	var req *messages.Request
+	if err == nil {
+		req, err = messages.ToChat(body, true)
+	}
+	var chat *route.ChatRequest
+	if err == nil {
+		chat, err = route.ParseChatRequest(req.Chat)
+	}
+	if err != nil {
+		status, e := n.classify(err)
+		sink.refuse(status, e.Message)
+		return
+	}
+	var tok route.Tokenizer
+	var doc struct {
+		Tools json.RawMessage `json:"tools"` // read by the model too
+	}
+	_ = json.Unmarshal(req.Chat, &doc)
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": tok.CountPrompt(chat) + tok.Count(string(doc.Tools))})
+}
+
+// messagesSink translates what the pipeline writes in the chat API's
+// shapes into the Messages API's: a whole completion into a Message, a
+// stream's chunks into Anthropic's events (as they come), an error
+// document into Anthropic's error shape.
+type messagesSink struct {
+	httpSink
+	model  string
+	stream *messages.Stream // nil for a whole answer
+	code   int              // the status written by the pipeline, not yet sent
+	buf    []byte           // a whole answer or error as written so far; a stream's partial event
+	out    []byte
+}
+
+func (s *messagesSink) WriteHeader(status int) {
+	if s.code != 0 {
+		return
+	}
+	s.code = status
+	if status == http.StatusOK && s.stream != nil {
+		h := s.Header()
+		delete(h, "Content-Length")
+		h["Content-Type"] = []string{"text/event-stream"}
+		s.httpSink.WriteHeader(status)
+	}
+}
+
+func (s *messagesSink) Write(p []byte) (int, error) {
+	if s.code == 0 {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.code == http.StatusOK && s.stream != nil {
+		return len(p), s.events(p)
+	}
+	s.buf = append(s.buf, p...)
+	if !json.Valid(bytes.TrimSpace(s.buf)) {
+		return len(p), nil // the rest of the document is to come
+	}
+	var out []byte
+	if s.code == http.StatusOK {
+		b, err := messages.FromChat(s.buf, s.model)
+		if err != nil {
+			s.code, out = http.StatusBadGateway, messages.ErrorBody(http.StatusBadGateway, err.Error())
+		} else {
+			out = b
+		}
+	} else {
+		out = messages.FromOpenAIError(s.code, s.buf)
+	}
+	s.buf = s.buf[:0]
+	h := s.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	s.httpSink.WriteHeader(s.code)
+	_, err := s.httpSink.Write(out)
+	return len(p), err
+}
+
+// events translates the server-sent events in p (and any left of the
+// last write) into Anthropic's and writes them.
+func (s *messagesSink) events(p []byte) error {
+	s.buf = append(s.buf, p...)
+	s.out = s.out[:0]
+	for {
+		i := bytes.Index(s.buf, []byte("\n\n"))
+		if i < 0 {
+			break
+		}
+		for line := range bytes.SplitSeq(s.buf[:i], []byte("\n")) {
+			if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				s.out = s.stream.Chunk(s.out, bytes.TrimSpace(data))
+			}
+		}
+		s.buf = s.buf[:copy(s.buf, s.buf[i+2:])]
+	}
+	if len(s.out) == 0 {
+		return nil
+	}
+	_, err := s.httpSink.Write(s.out)
+	return err
+}
+
+// refuse answers status with an Anthropic error, before the pipeline.
+func (s *messagesSink) refuse(status int, msg string) {
+	b := messages.ErrorBody(status, msg)
+	s.Header()["Content-Type"] = []string{"application/json"}
+	s.httpSink.WriteHeader(status)
+	_, _ = s.httpSink.Write(b)
+}
+
+// close ends a stream the pipeline left open (the provider ended it
+// without [DONE]) with its stop events.
+func (s *messagesSink) close() {
+	if s.stream != nil && s.code == http.StatusOK && !s.stream.Ended() {
+		_ = s.events([]byte("data: [DONE]\n\n"))
+		_ = s.httpSink.Flush()
+	}
+}
+
+func (s *messagesSink) written() int {
+	if s.code != 0 {
+		return s.code
+	}
+	return s.status
+}

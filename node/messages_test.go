@@ -1,0 +1,155 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/llmesh/llmesh/sim/emulator"
+)
+
+func anthropicAt(url, key string) anthropic.Client {
+	return anthropic.NewClient(aoption.WithBaseURL(url), aoption.WithAPIKey(key), aoption.WithMaxRetries(0))
+}
+
+// sendMessage sends a Messages request, streaming and accumulating it or
+// not; it returns the response headers too.
+func sendMessage(t *testing.T, c anthropic.Client, p anthropic.MessageNewParams, stream bool) (*anthropic.Message, http.Header) {
+	t.Helper()
+	var hdr *http.Response
+	if !stream {
+		m, err := c.Messages.New(context.Background(), p, aoption.WithResponseInto(&hdr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, hdr.Header
+	}
+	st := c.Messages.NewStreaming(context.Background(), p, aoption.WithResponseInto(&hdr))
+	var m anthropic.Message
+	for st.Next() {
+		if err := m.Accumulate(st.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &m, hdr.Header
+}
+
+// anthropic-sdk-go against POST /v1/messages, an eu tenant entering at
+// the us node: served by an eu provider through eu-1, whole and streamed,
+// with a tool round trip that ends in text on the second turn; refusals
+// in Anthropic's error shape.
+func TestMessagesAcrossTheMesh(t *testing.T) {
+	f := startRegions(t, regionsUpstreams(emulator.Config{}), nil)
+	before := f.requests()
+	c := anthropicAt(f.urls["us"], euKey)
+	tools := []anthropic.ToolUnionParam{anthropic.ToolUnionParamOfTool(anthropic.ToolInputSchemaParam{
+		Properties: map[string]any{"city": map[string]any{"type": "string"}}, Required: []string{"city"},
+	}, "get_weather")}
+	for _, stream := range []bool{false, true} {
+		plain, hdr := sendMessage(t, c, anthropic.MessageNewParams{Model: "gpt-4o-mini", MaxTokens: 10,
+			System:   []anthropic.TextBlockParam{{Text: "Be brief."}},
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Bonjour"))}}, stream)
+		if plain.Model != "gpt-4o-mini" || plain.StopReason != anthropic.StopReasonMaxTokens || len(plain.Content) != 1 ||
+			plain.Content[0].Text == "" || plain.Usage.OutputTokens != 10 || plain.Usage.InputTokens == 0 {
+			t.Fatalf("stream %v: %s", stream, plain.RawJSON())
+		}
+		if p, via := hdr.Get("X-LLMesh-Provider"), hdr.Get("X-LLMesh-Via"); p != "gpu-eu" || via != "eu-1" {
+			t.Fatalf("stream %v: served by %q via %q", stream, p, via)
+		}
+		msgs := []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Weather in Paris?"))}
+		params := anthropic.MessageNewParams{Model: "gpt-4o-mini", MaxTokens: 64, Tools: tools, Messages: msgs}
+		first, _ := sendMessage(t, c, params, stream)
+		if first.StopReason != anthropic.StopReasonToolUse || len(first.Content) != 1 || first.Content[0].Type != "tool_use" {
+			t.Fatalf("stream %v, turn 1: %s", stream, first.RawJSON())
+		}
+		call := first.Content[0]
+		var input map[string]any
+		if err := json.Unmarshal(call.Input, &input); err != nil || call.Name != "get_weather" || call.ID == "" {
+			t.Fatalf("stream %v: call %+v: %v", stream, call, err)
+		}
+		params.Messages = append(msgs, first.ToParam(), anthropic.NewUserMessage(anthropic.NewToolResultBlock(call.ID, "18°C", false)))
+		second, _ := sendMessage(t, c, params, stream)
+		if second.StopReason != anthropic.StopReasonEndTurn || len(second.Content) != 1 || second.Content[0].Type != "text" {
+			t.Fatalf("stream %v, turn 2: %s", stream, second.RawJSON())
+		}
+	}
+	after := f.requests()
+	if after["openai-us"] != before["openai-us"] || after["gpu-ap"] != before["gpu-ap"] {
+		t.Fatal("a us or ap provider received the eu tenant's messages")
+	}
+	if m := readAll(t, mustGet(t, f.urls["us"]+"/metrics").Body); !strings.Contains(m, `endpoint="messages",model="gpt-4o-mini",provider="gpu-eu"} 6`) {
+		t.Fatal("llmesh_requests_total does not count the six messages under endpoint=messages")
+	}
+
+	// Refusals, in Anthropic's shape.
+	ok := anthropic.MessageNewParams{Model: "gpt-4o-mini", MaxTokens: 8, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+	unknown := ok
+	unknown.Model = "claude-none"
+	for _, tc := range []struct {
+		name   string
+		c      anthropic.Client
+		p      anthropic.MessageNewParams
+		status int
+		typ    string
+	}{
+		{"bad key", anthropicAt(f.urls["us"], "sk-wrong-key-0123456789"), ok, 401, "authentication_error"},
+		{"unknown model", c, unknown, 404, "not_found_error"},
+	} {
+		_, err := tc.c.Messages.New(context.Background(), tc.p)
+		var apiErr *anthropic.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != tc.status || string(apiErr.Type()) != tc.typ {
+			t.Errorf("%s: %v; want %d %s", tc.name, err, tc.status, tc.typ)
+		}
+	}
+	for _, tc := range []struct{ body, version, msg string }{
+		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`, "2023-06-01", "max_tokens"},
+		{`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"robot","content":"hi"}]}`, "2023-06-01", "messages[0].role"},
+		{`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document"}]}]}`, "2023-06-01", "not supported"},
+		{`{"model":`, "2023-06-01", "not a valid Messages request"},
+		{`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "", "anthropic-version"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, f.urls["us"]+"/v1/messages", strings.NewReader(tc.body))
+		req.Header.Set("X-Api-Key", euKey)
+		if tc.version != "" {
+			req.Header.Set("Anthropic-Version", tc.version)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp.Body)
+		if resp.StatusCode != 400 || !strings.Contains(body, `"type":"error"`) || !strings.Contains(body, `"invalid_request_error"`) || !strings.Contains(body, tc.msg) {
+			t.Errorf("%s: %d %s; want 400 invalid_request_error with %q", tc.body, resp.StatusCode, body, tc.msg)
+		}
+	}
+}
+
+// count_tokens counts the translated prompt at the node, tools included.
+func TestMessagesCountTokens(t *testing.T) {
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, nil)
+	c := anthropicAt(f.url, testKey)
+	plain, err := c.Messages.CountTokens(context.Background(), anthropic.MessageCountTokensParams{Model: "gpt-4o-mini",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("How many tokens is this?"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTools, err := c.Messages.CountTokens(context.Background(), anthropic.MessageCountTokensParams{Model: "gpt-4o-mini",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("How many tokens is this?"))},
+		Tools: []anthropic.MessageCountTokensToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "get_weather",
+			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"city": map[string]any{"type": "string"}}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.InputTokens < 6 || withTools.InputTokens <= plain.InputTokens {
+		t.Fatalf("counted %d, and %d with a tool", plain.InputTokens, withTools.InputTokens)
+	}
+}
