@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -127,11 +128,14 @@ func genTopology(c chooser) *topology {
 		if c.IntN(3) == 0 {
 			p.Models = append(p.Models, Model{Name: "m2", InputUSDPerMTok: 1, OutputUSDPerMTok: 1})
 		}
+		if c.IntN(2) == 0 {
+			p.Models = append(p.Models, Model{Name: "e", InputUSDPerMTok: 1, API: APIEmbeddings})
+		}
 		tp.providers = append(tp.providers, p)
 	}
 	g := Group{Name: "auto", Members: []string{"m"}}
 	for _, p := range tp.providers {
-		if len(p.Models) > 1 {
+		if slices.ContainsFunc(p.Models, func(m Model) bool { return m.Name == "m2" }) {
 			g.Members = append(g.Members, "m2")
 			g.Weights = map[string]int{"m": c.IntN(3), "m2": c.IntN(3)}
 			g.Tiers = []Tier{{MaxPromptTokens: 1 + c.IntN(50), Members: []string{"m2"}}, {Members: []string{"m", "m2"}}}
@@ -232,7 +236,11 @@ func (r *recorder) RoundTrip(hr *http.Request) (*http.Response, error) {
 		resp.Body = io.NopCloser(strings.NewReader(string(r.chatErr)))
 	default:
 		resp.StatusCode = 200
-		resp.Body = io.NopCloser(strings.NewReader(string(r.chatOK)))
+		ok := r.chatOK
+		if strings.HasSuffix(hr.URL.Path, "/embeddings") {
+			ok = propEmbOK
+		}
+		resp.Body = io.NopCloser(strings.NewReader(string(ok)))
 	}
 	return resp, nil
 }
@@ -272,10 +280,19 @@ func (s *nullSink) Flush() error                { return nil }
 var (
 	propChatOK  = []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
 	propChatErr = []byte(`{"error":{"message":"no","type":"server_error"}}`)
-	propBodies  = []string{
-		`{"model":"m","messages":[{"role":"user","content":"hello"}]}`,
-		`{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"a somewhat longer prompt that may or may not fit the small tier of the group"}]}`,
-		`{"model":"m2","user":"u-1","messages":[{"role":"user","content":"hi"}]}`,
+	propEmbOK   = []byte(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.6,0.8]}],"model":"e","usage":{"prompt_tokens":2,"total_tokens":2}}`)
+	// propBodies are requests of every API: chat, completions, Messages
+	// (translated into chat at the edge) and embeddings.
+	propBodies = []struct {
+		api  API
+		body string
+	}{
+		{APIChat, `{"model":"m","messages":[{"role":"user","content":"hello"}]}`},
+		{APIChat, `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"a somewhat longer prompt that may or may not fit the small tier of the group"}]}`},
+		{APIChat, `{"model":"m2","user":"u-1","messages":[{"role":"user","content":"hi"}]}`},
+		{APICompletions, `{"model":"m","prompt":["hello","again"],"max_tokens":4}`},
+		{APIMessages, `{"model":"m","max_tokens":8,"messages":[{"role":"system","content":"brief"},{"role":"user","content":"hi"}]}`},
+		{APIEmbeddings, `{"model":"e","input":["a document that must stay where it may","another"]}`},
 	}
 )
 
@@ -299,7 +316,8 @@ func sovereigntyCase(t testing.TB, c chooser, tp *topology, cat *Catalog, withEx
 	self := tp.regions[c.IntN(len(tp.regions))].Name
 	now := time.Unix(1e9, 0)
 	health, replicas := randomHealths(c, cat, now)
-	chat, err := ParseChatRequest([]byte(propBodies[c.IntN(len(propBodies))]))
+	pb := propBodies[c.IntN(len(propBodies))]
+	chat, err := pb.api.Parse([]byte(pb.body))
 	if err != nil {
 		t.Fatal(err)
 	}
