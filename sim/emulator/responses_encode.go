@@ -60,7 +60,7 @@ func (a *respAnswer) appendResponse(b []byte, done bool) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	return append(b, `,"user":null,"metadata":{}}`...)
+	return append(b, `,"metadata":{}}`...) // no user: the spec types it a string, not nullable
 }
 
 // status is a finished response's status.
@@ -129,7 +129,7 @@ func (a *respAnswer) appendUsage(b []byte) []byte {
 	out := a.outputTokens()
 	b = append(b, `{"input_tokens":`...)
 	b = strconv.AppendInt(b, int64(a.prompt), 10)
-	b = append(b, `,"input_tokens_details":{"cached_tokens":0},"output_tokens":`...)
+	b = append(b, `,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":`...)
 	b = strconv.AppendInt(b, int64(out), 10)
 	b = append(b, `,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(a.prompt+out), 10)
