@@ -54,11 +54,9 @@ func (a *respAnswer) appendResponse(b []byte, done bool) []byte {
 	b = appendRawOr(b, a.toolChoice, `"auto"`)
 	b = append(b, `,"tools":`...)
 	b = appendRawOr(b, a.tools, `[]`)
-	b = append(b, `,"top_p":1,"truncation":"disabled","usage":`...)
-	if done {
-		b = a.appendUsage(b)
-	} else {
-		b = append(b, "null"...)
+	b = append(b, `,"top_p":1,"truncation":"disabled"`...)
+	if done { // the spec's usage is not nullable: a response in progress has none
+		b = a.appendUsage(append(b, `,"usage":`...))
 	}
 	return append(b, `,"metadata":{}}`...) // no user: the spec types it a string, not nullable
 }
