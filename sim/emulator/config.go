@@ -35,16 +35,18 @@ type Config struct {
 	// TPS is the rate, in tokens per second per choice, of the tokens after
 	// the first; 0 generates them as fast as possible.
 	TPS float64
-	// ErrorRate is the fraction, in [0, 1], of chat completion requests
-	// answered 500 server_error after authentication and validation and
-	// before generation.
+	// ErrorRate is the fraction, in [0, 1], of generating requests (chat,
+	// embeddings, completions, Messages, Responses) answered 500
+	// server_error after authentication and validation and before
+	// generation.
 	ErrorRate float64
-	// RPM limits chat completion requests per minute with a token bucket of
+	// RPM limits generating requests per minute with a token bucket of
 	// capacity RPM refilled at RPM per minute; excess requests get 429. 0
 	// means unlimited.
 	RPM int
 	// APIKey, when set, is required: OpenAI paths need
-	// "Authorization: Bearer KEY", Azure paths "api-key: KEY".
+	// "Authorization: Bearer KEY", Azure paths "api-key: KEY", Anthropic's
+	// "x-api-key: KEY" or the bearer token.
 	APIKey string
 	// Models lists the models served and their prices. When it is empty any
 	// model is served at no charge; otherwise other models get 404

@@ -1,24 +1,35 @@
 // Package emulator owns the provider emulator: an OpenAI, Azure OpenAI and
 // Anthropic compatible server that dev mode, demos, tests and benchmarks
 // use in place of real providers. It serves chat completions, embeddings
-// (deterministic unit vectors of each model's dimension), legacy
-// completions, the Responses API (with stored responses; Config.NoResponses
-// turns it off, as on vLLM-style servers), Anthropic Messages and
-// GET /v1/models[/{id}]. It serves in process (Handler)
-// or on a listener of its own (Start), and its behaviour — latency, time to
-// first token, token rate, error rate, requests per minute, API key, models
-// and prices — and its failure mode (refuse, error, hang, cut) can be changed
+// (unit vectors of each model's dimension, Config.EmbeddingDimensions),
+// legacy completions, the Responses API (with stored responses, which
+// previous_response_id, GET, DELETE and cancel name; Config.NoResponses
+// turns it off, as on vLLM-style servers), Anthropic Messages (and
+// count_tokens) and GET /v1/models and /v1/models/{id}, OpenAI's and
+// Azure's paths where both exist. It serves in process (Handler) or on a
+// listener of its own (Start), and its behaviour — latency, time to first
+// token, token rate, error rate, requests per minute, API key, models and
+// prices — and its failure mode (refuse, error, hang, cut) can be changed
 // while it runs, from Go (SetConfig, SetMode) or over HTTP
 // (POST /emulator/mode, GET /emulator/stats) when it runs in another process.
+// Every endpoint answers errors in its own API's shape.
 //
-// Requests are decoded and validated with route.ParseChatRequest and prompts
-// are counted with route.Tokenizer, so the emulator accepts what the gateway
-// accepts and reports usage exactly as the gateway would count it. Generated
-// text is made of words that are each one o200k token, so a completion of N
-// tokens tokenises back to N. Everything it generates (text, ids, which
-// requests fail at the configured error rate) is a function of Config.Seed
-// and the order in which requests arrive.
+// Chat requests are decoded and validated with route.ParseChatRequest and
+// prompts of every API are counted with route.Tokenizer (Messages and
+// Responses inputs as the chat messages they amount to), so the emulator
+// accepts what the gateway accepts and reports usage as the gateway would
+// count it. Generated text is made of words that are each one o200k token,
+// so a completion of N tokens tokenises back to N. A request that offers
+// tools is answered with a call to one, unless its last message is a
+// tool's result, which is answered in text: an agent loop ends in two
+// turns. Everything it generates (text, ids, which requests fail at the
+// configured error rate) is a function of Config.Seed and the order in
+// which requests arrive; embedding vectors of the seed, the model and the
+// input alone; Responses ids also carry a random part drawn by New, so that
+// two emulators of one configuration never hand out the same id.
 //
 // emulator imports only route/ and the standard library. It must not import
-// node/ or anything that composes a node: sim/harness, cmd/ and tests import it.
+// node/ or anything that composes a node: sim/harness, cmd/ and tests import
+// it. Its conformance/ folder is a module of its own that validates the
+// answers against OpenAI's OpenAPI document.
 package emulator

@@ -17,7 +17,7 @@ const (
 	// ModeHang accepts requests and never answers; a request ends when its
 	// client gives up (or at Shutdown, which aborts it).
 	ModeHang
-	// ModeCut aborts the connection of every chat completion: a stream
+	// ModeCut aborts the connection of every generating answer: a stream
 	// after about half of its chunks (no finish chunk, no [DONE]), any
 	// other answer after its headers, before its body.
 	ModeCut

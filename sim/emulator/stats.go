@@ -19,10 +19,11 @@ type Stats struct {
 	// StreamsCompleted those that sent data: [DONE].
 	Streams          int64 `json:"streams"`
 	StreamsCompleted int64 `json:"streams_completed"`
-	// PromptTokens and CompletionTokens count the tokens of the chat
-	// completions that started generating: the prompt in full, the
-	// completion as far as it was delivered (a non-streaming body whole or
-	// not at all).
+	// PromptTokens and CompletionTokens count the tokens of the
+	// generating requests (chat, embeddings, completions, Messages,
+	// Responses) that started generating: the prompt in full, the output
+	// as far as it was delivered (a non-streaming body whole or not at
+	// all; embeddings have none).
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	// ChargedUSD is those tokens at their model's Price.
