@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"DefaultMaxTokens", func(c *Config) { c.DefaultMaxTokens = maxCompletionTokens + 1 }},
 		{"Models", func(c *Config) { c.Models = map[string]Price{"": {}} }},
 		{"Models", func(c *Config) { c.Models = map[string]Price{"m": {InputUSDPerMTok: -1}} }},
+		{"EmbeddingDimensions", func(c *Config) { c.EmbeddingDimensions = map[string]int{"m": 0} }},
+		{"EmbeddingDimensions", func(c *Config) { c.EmbeddingDimensions = map[string]int{"m": maxEmbeddingDimensions + 1} }},
 		{"Deployments", func(c *Config) { c.Deployments = map[string]string{"a/b": "m"} }},
 		{"Deployments", func(c *Config) { c.Deployments = map[string]string{"d": ""} }},
 		{"Deployments", func(c *Config) {
