@@ -228,3 +228,28 @@ func TestResponsesStoreBounded(t *testing.T) {
 		t.Error("the least recently used response was kept")
 	}
 }
+
+// TestResponsesIncomplete: max_output_tokens below the natural length
+// ends the response incomplete, whole or streamed.
+func TestResponsesIncomplete(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DefaultMaxTokens = 40
+	e := start(t, cfg)
+	c := openaiClient(t, e)
+	p := responses.ResponseNewParams{Model: "gpt-4.1", Input: userInput("x"), MaxOutputTokens: openai.Int(20)}
+	r, err := c.Responses.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "incomplete" || r.IncompleteDetails.Reason != "max_output_tokens" || r.Usage.OutputTokens != 20 {
+		t.Errorf("whole: %s", r.RawJSON())
+	}
+	st := c.Responses.NewStreaming(context.Background(), p)
+	last := ""
+	for st.Next() {
+		last = st.Current().Type
+	}
+	if err := st.Err(); err != nil || last != "response.incomplete" {
+		t.Errorf("stream ended with %q, %v", last, err)
+	}
+}
