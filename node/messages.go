@@ -12,8 +12,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/llmesh/llmesh/node/messages"
 	"github.com/llmesh/llmesh/route"
+	"github.com/llmesh/llmesh/route/anthropic"
 )
 
 // messagesHandler serves POST /v1/messages. The key comes in x-api-key
@@ -32,14 +32,14 @@ func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, err
 			}
-			req, err := messages.ToChat(body, false)
+			req, err := anthropic.ToChat(body, false)
 			if err != nil {
-				if me := (*messages.Error)(nil); errors.As(err, &me) {
+				if me := (*anthropic.Error)(nil); errors.As(err, &me) {
 					return nil, &route.InvalidRequestError{Msg: me.Msg}
 				}
 				return nil, err
 			}
-			sink.model, sink.stream = req.Model, messages.NewStream(req.Model)
+			sink.model, sink.stream = req.Model, anthropic.NewStream(req.Model)
 			if !req.Stream {
 				sink.stream = nil
 			}
@@ -68,9 +68,9 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := n.readBody(w, sink.rc, r)
-	var req *messages.Request
+	var req *anthropic.Request
 	if err == nil {
-		req, err = messages.ToChat(body, true)
+		req, err = anthropic.ToChat(body, true)
 	}
 	var chat *route.ChatRequest
 	if err == nil {
@@ -96,9 +96,9 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 type messagesSink struct {
 	httpSink
 	model  string
-	stream *messages.Stream // nil for a whole answer
-	code   int              // the status written by the pipeline, not yet sent
-	buf    []byte           // a whole answer or error as written so far; a stream's partial event
+	stream *anthropic.Stream // nil for a whole answer
+	code   int               // the status written by the pipeline, not yet sent
+	buf    []byte            // a whole answer or error as written so far; a stream's partial event
 	out    []byte
 }
 
@@ -128,14 +128,14 @@ func (s *messagesSink) Write(p []byte) (int, error) {
 	}
 	var out []byte
 	if s.code == http.StatusOK {
-		b, err := messages.FromChat(s.buf, s.model)
+		b, err := anthropic.FromChat(s.buf, s.model)
 		if err != nil {
-			s.code, out = http.StatusBadGateway, messages.ErrorBody(http.StatusBadGateway, err.Error())
+			s.code, out = http.StatusBadGateway, anthropic.ErrorBody(http.StatusBadGateway, err.Error())
 		} else {
 			out = b
 		}
 	} else {
-		out = messages.FromOpenAIError(s.code, s.buf)
+		out = anthropic.FromOpenAIError(s.code, s.buf)
 	}
 	s.buf = s.buf[:0]
 	h := s.Header()
@@ -172,7 +172,7 @@ func (s *messagesSink) events(p []byte) error {
 
 // refuse answers status with an Anthropic error, before the pipeline.
 func (s *messagesSink) refuse(status int, msg string) {
-	b := messages.ErrorBody(status, msg)
+	b := anthropic.ErrorBody(status, msg)
 	s.Header()["Content-Type"] = []string{"application/json"}
 	s.httpSink.WriteHeader(status)
 	_, _ = s.httpSink.Write(b)

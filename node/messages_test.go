@@ -10,6 +10,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmesh/llmesh/sim/emulator"
 )
@@ -151,5 +153,70 @@ func TestMessagesCountTokens(t *testing.T) {
 	}
 	if plain.InputTokens < 6 || withTools.InputTokens <= plain.InputTokens {
 		t.Fatalf("counted %d, and %d with a tool", plain.InputTokens, withTools.InputTokens)
+	}
+}
+
+// A provider of kind anthropic (the emulator speaking Messages) serves
+// chat clients: openai-go's whole and streamed completions and a tool
+// round trip are translated to Messages and back; Anthropic's clients
+// reach it through both translations; legacy completions skip it.
+func TestAnthropicProviderKind(t *testing.T) {
+	f := startNode(t, []upstream{{name: "claude", kind: "anthropic"}}, nil)
+	ctx := context.Background()
+	oc := regionClient(f.url, testKey)
+	var hdr *http.Response
+	resp, err := oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxTokens: openai.Int(7),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Hello")}},
+		option.WithResponseInto(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Model != "gpt-4o-mini" || resp.Choices[0].Message.Content == "" || resp.Choices[0].FinishReason != "length" ||
+		resp.Usage.CompletionTokens != 7 || resp.Usage.PromptTokens == 0 || hdr.Header.Get("X-LLMesh-Provider") != "claude" {
+		t.Fatalf("whole: %s", resp.RawJSON())
+	}
+	stream := oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxTokens: openai.Int(9),
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Stream")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if acc.Usage.CompletionTokens != 9 || acc.Choices[0].Message.Content == "" || acc.Choices[0].FinishReason != "length" {
+		t.Fatalf("stream: %+v", acc.ChatCompletion)
+	}
+	// A tool round trip over chat.
+	tools := []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "get_weather",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}})}
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather in Paris?")}
+	first, err := oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxTokens: openai.Int(64), Tools: tools, Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Choices[0].FinishReason != "tool_calls" || len(first.Choices[0].Message.ToolCalls) != 1 {
+		t.Fatalf("turn 1: %s", first.RawJSON())
+	}
+	call := first.Choices[0].Message.ToolCalls[0]
+	msgs = append(msgs, first.Choices[0].Message.ToParam(), openai.ToolMessage("18°C", call.ID))
+	second, err := oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxTokens: openai.Int(64), Tools: tools, Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Choices[0].FinishReason != "stop" || second.Choices[0].Message.Content == "" {
+		t.Fatalf("turn 2: %s", second.RawJSON())
+	}
+	// Anthropic's client, through both translations.
+	m, _ := sendMessage(t, anthropicAt(f.url, testKey), anthropic.MessageNewParams{Model: "gpt-4o-mini", MaxTokens: 5,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}, true)
+	if m.StopReason != anthropic.StopReasonMaxTokens || m.Usage.OutputTokens != 5 {
+		t.Fatalf("messages through a Messages provider: %s", m.RawJSON())
+	}
+	// Legacy completions have no Messages equivalent.
+	resp2 := postPath(t, f.url+"/v1/completions", testKey, `{"model":"gpt-4o-mini","prompt":"hi"}`)
+	if body := readAll(t, resp2.Body); resp2.StatusCode != 503 || !strings.Contains(body, "neither legacy completions") {
+		t.Fatalf("completions at an anthropic provider: %d %s", resp2.StatusCode, body)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmesh/llmesh/route/anthropic"
 )
 
 // attempt calls the target and, if it answers, relays the answer.
@@ -40,6 +42,9 @@ func (c *call) attempt() *attemptResult {
 		return c.readErr(err, "request")
 	}
 	defer resp.Body.Close()
+	if t.Offer.Provider.Kind == KindAnthropic {
+		c.fromMessages(resp)
+	}
 	a.Status = resp.StatusCode
 	e.noteRateWindow(t.Provider(), resp.Header)
 	switch code := resp.StatusCode; {
@@ -65,9 +70,21 @@ func (c *call) attempt() *attemptResult {
 func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
 	t, req := c.t, c.req
 	body := req.Chat.UpstreamBody(t.Offer.UpstreamModel())
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, urlFor(t.Endpoint(), req.Chat.API), bytes.NewReader(body))
+	url := urlFor(t.Endpoint(), req.Chat.API)
+	anthropicKind := t.Offer.Provider.Kind == KindAnthropic
+	if anthropicKind {
+		b, err := anthropic.FromChatRequest(body, t.Offer.Model.MaxOutputTokens)
+		if err != nil {
+			return nil, err
+		}
+		body, url = b, t.Endpoint()
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
+	}
+	if anthropicKind {
+		hreq.Header["Anthropic-Version"] = []string{anthropic.Version}
 	}
 	hreq.Header["Content-Type"] = []string{"application/json"}
 	hreq.Header["User-Agent"] = []string{c.e.cfg.UserAgent}
@@ -84,6 +101,30 @@ func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
 	}
 	setAuth(hreq.Header, t.Offer.Provider)
 	return hreq, nil
+}
+
+// fromMessages makes a Messages provider's answer read as chat's: a
+// stream's events as chunks, a whole Message as a completion, an error in
+// OpenAI's shape.
+func (c *call) fromMessages(resp *http.Response) {
+	switch {
+	case resp.StatusCode == http.StatusOK && c.req.Chat.Stream:
+		resp.Body = anthropic.StreamReader(resp.Body)
+		return
+	case resp.StatusCode == http.StatusOK:
+		b, err := io.ReadAll(io.LimitReader(resp.Body, c.e.cfg.MaxResponseBytes))
+		if err == nil {
+			b, err = anthropic.ToChatAnswer(b)
+		}
+		if err != nil {
+			b = nil // not a completion: whole() says so
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+	default:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body = io.NopCloser(bytes.NewReader(anthropic.ToOpenAIError(b)))
+	}
+	resp.Header.Set("Content-Type", "application/json")
 }
 
 // readErr classifies a failed read of the answer: the client went away,

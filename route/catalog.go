@@ -21,6 +21,11 @@ const (
 	// KindAzure is Azure OpenAI: POST {base}/openai/deployments/{deployment}
 	// /chat/completions?api-version=V with an api-key header.
 	KindAzure Kind = "azure"
+	// KindAnthropic is Anthropic's Messages API: POST {base}/v1/messages
+	// with x-api-key and anthropic-version. Chat requests are translated
+	// to Messages and the answers back (route/anthropic); it serves no
+	// embeddings and no legacy completions.
+	KindAnthropic Kind = "anthropic"
 )
 
 // Reach says which nodes can call a provider.
@@ -254,6 +259,8 @@ func endpoint(p *Provider, m *Model, base string) (string, error) {
 			u.Path += "/v1"
 		}
 		u.Path += "/chat/completions"
+	case KindAnthropic:
+		u.Path = strings.TrimSuffix(u.Path, "/v1") + "/v1/messages"
 	case KindAzure:
 		if m.Deployment == "" {
 			return "", fmt.Errorf("model %q has no deployment", m.Name)

@@ -274,6 +274,10 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 			continue
 		}
 		t := Target{Offer: o}
+		if pv.Kind == KindAnthropic && (req.Chat.API == APICompletions || req.Chat.Choices() > 1) {
+			plan.skip(pv.Name, "a Messages provider serves neither legacy completions nor more than one choice", false, 0)
+			continue
+		}
 		if pv.Reach == ReachRegion && pv.Region != p.Region {
 			if req.StrictTransit && req.Residency.Restricted() && !p.inJurisdiction(pv.Region, req.Residency.Jurisdiction) {
 				plan.skip(pv.Name, "strict transit: region "+pv.Region+" is outside "+req.Residency.String(), true, 0)

@@ -89,6 +89,8 @@ func setAuth(h http.Header, p *Provider) {
 	switch p.Kind {
 	case KindAzure:
 		h["Api-Key"] = []string{p.APIKey.Reveal()}
+	case KindAnthropic:
+		h["X-Api-Key"] = []string{p.APIKey.Reveal()}
 	default:
 		h["Authorization"] = []string{"Bearer " + p.APIKey.Reveal()}
 	}

@@ -35,9 +35,9 @@ func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env
 	switch rp.Kind {
 	case "":
 		rp.Kind = route.KindOpenAI
-	case route.KindOpenAI, route.KindAzure:
+	case route.KindOpenAI, route.KindAzure, route.KindAnthropic:
 	default:
-		p.bad(f+".kind", "%q must be openai or azure", ps.Kind)
+		p.bad(f+".kind", "%q must be openai, azure or anthropic", ps.Kind)
 	}
 	switch rp.Reach {
 	case "":
@@ -130,8 +130,11 @@ func resolveModels(f string, kind route.Kind, ms []ModelSection, p *problems) []
 			p.bad(mf+".deployment", "is only for azure providers")
 		}
 		api, ok := route.ParseAPI(m.API)
-		if !ok {
+		if !ok || (api != route.APIChat && api != route.APIEmbeddings) {
 			p.bad(mf+".api", "must be chat or embeddings; got %q", m.API)
+		}
+		if kind == route.KindAnthropic && api == route.APIEmbeddings {
+			p.bad(mf+".api", "an anthropic provider serves no embeddings")
 		}
 		if api == route.APIEmbeddings && (m.OutputUSDPerMTok != 0 || m.MaxOutputTokens != 0) {
 			p.bad(mf+".api", "an embeddings model has no output: leave output_usd_per_mtok and max_output_tokens unset")

@@ -20,16 +20,16 @@ func TestAnsweredCountsTokensWhereTheProviderWasCalled(t *testing.T) {
 	m := New(prometheus.NewRegistry())
 	here := &route.Result{Target: &route.Target{}, Usage: route.Usage{PromptTokens: 7, CompletionTokens: 3}, Cost: 0.25, UsageCounted: true}
 	there := &route.Result{Target: &route.Target{Via: "peer"}, Usage: route.Usage{PromptTokens: 100, CompletionTokens: 100}, Cost: 9, Truncated: true}
-	m.Answered(Request{Tenant: "t", Model: "m", Provider: "p", Status: 200, Result: here})
-	m.Answered(Request{Tenant: "t", Model: "m", Provider: "p", Status: 200, Stream: true, Result: there})
-	m.Answered(Request{Tenant: "t", Model: "unknown", Status: 400})
+	m.Answered(Request{Tenant: "t", Model: "m", Provider: "p", Endpoint: "chat", Status: 200, Result: here})
+	m.Answered(Request{Tenant: "t", Model: "m", Provider: "p", Endpoint: "chat", Status: 200, Stream: true, Result: there})
+	m.Answered(Request{Tenant: "t", Model: "unknown", Endpoint: "embeddings", Status: 400})
 	for _, c := range []struct {
 		name string
 		got  float64
 		want float64
 	}{
-		{"requests 200", testutil.ToFloat64(m.requests.WithLabelValues("m", "p", "200")), 2},
-		{"requests 400", testutil.ToFloat64(m.requests.WithLabelValues("unknown", "", "400")), 1},
+		{"requests 200", testutil.ToFloat64(m.requests.WithLabelValues("chat", "m", "p", "200")), 2},
+		{"requests 400", testutil.ToFloat64(m.requests.WithLabelValues("embeddings", "unknown", "", "400")), 1},
 		{"prompt tokens", testutil.ToFloat64(m.tokens.WithLabelValues("m", "p", "prompt")), 7},
 		{"completion tokens", testutil.ToFloat64(m.tokens.WithLabelValues("m", "p", "completion")), 3},
 		{"cost", testutil.ToFloat64(m.cost.WithLabelValues("t", "m", "p")), 0.25},

@@ -17,9 +17,10 @@ func sum(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
 func hexSum(key string) string { s := sum(key); return hex.EncodeToString(s[:]) }
 
 // A key is carried as "Authorization: Bearer KEY" (the scheme in any
-// case, the key trimmed) or as "api-key: KEY"; the Bearer header wins
-// when both are sent, and nothing else authenticates.
-func TestAuthenticateReadsBearerOrApiKey(t *testing.T) {
+// case, the key trimmed), as "api-key: KEY" (Azure's clients) or as
+// "x-api-key: KEY" (Anthropic's), in that order of precedence, and
+// nothing else authenticates.
+func TestAuthenticateReadsBearerApiKeyOrXApiKey(t *testing.T) {
 	k := NewKeys([]config.Tenant{{Name: "a", Keys: [][sha256.Size]byte{sum("sk-a")}}, {Name: "b", Keys: [][sha256.Size]byte{sum("sk-b")}}}, nil)
 	for _, c := range []struct {
 		hdr  []string
@@ -37,7 +38,9 @@ func TestAuthenticateReadsBearerOrApiKey(t *testing.T) {
 		{[]string{"Authorization", "Bearer "}, ""},
 		{[]string{"Authorization", "Bearer sk-c"}, ""},
 		{[]string{"Api-Key", "sk-a "}, ""},
-		{[]string{"X-Api-Key", "sk-a"}, ""},
+		{[]string{"X-Api-Key", "sk-a"}, "a"}, // Anthropic's clients
+		{[]string{"Api-Key", "sk-b", "X-Api-Key", "sk-a"}, "b"},
+		{[]string{"X-Api-Key", "sk-a "}, ""},
 		{nil, ""},
 	} {
 		r := httptest.NewRequest("POST", "/v1/chat/completions", nil)

@@ -24,7 +24,7 @@ func TestJSONNames(t *testing.T) {
 		{ObserverReport{}, "age_s cooling_s ejected error_rate idle_s latency_ms observer remaining_requests remaining_tokens ttft_ms"},
 		{BudgetInfo{}, "expired_leases forfeited_usd leases limit_usd overspend_usd period remaining_usd reserved_usd settled_usd tenant"},
 		{TenantInfo{}, "budget_period,omitempty budget_usd,omitempty keys name residency,omitempty revoked strict_transit,omitempty"},
-		{Decision{}, "attempts cost_usd forwarded_by,omitempty model ms outcome provider,omitempty replica,omitempty request_id status stream tenant time via,omitempty why"},
+		{Decision{}, "attempts cost_usd endpoint forwarded_by,omitempty model ms outcome provider,omitempty replica,omitempty request_id status stream tenant time via,omitempty why"},
 		{AttemptView{}, "ms outcome provider status,omitempty"},
 		{Explanation{}, "dropped error,omitempty group,omitempty group_choice,omitempty max_output_tokens model node policy,omitempty prompt_tokens_estimate residency route,omitempty session,omitempty strict_transit,omitempty targets tenant,omitempty"},
 		{TargetView{}, "est_cost_usd latency_ms,omitempty max_cost_usd model provider rank replica,omitempty ttft_ms,omitempty via via_rtt_ms,omitempty why"},
@@ -35,6 +35,10 @@ func TestJSONNames(t *testing.T) {
 		{Budgets{}, "budgets consistency"},
 		{Tenants{}, "tenants"},
 		{Decisions{}, "decisions node"},
+		{Series{}, "end_unix forwards providers seconds tenants"},
+		{Samples{}, "cost_usd,omitempty errors,omitempty latency_ms_sum,omitempty requests,omitempty ttft_count,omitempty ttft_ms_sum,omitempty"},
+		{Observation{}, "decisions error,omitempty node rate_shares region series"},
+		{MeshObservation{}, "node nodes series"},
 	} {
 		typ := reflect.TypeOf(tc.view)
 		var got []string

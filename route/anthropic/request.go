@@ -1,14 +1,22 @@
-// Package messages is Anthropic's Messages API at a node's edge: a
-// request to POST /v1/messages is translated into a chat completion (the
-// mesh plans, forwards, budgets and relays chat), and the chat answer,
-// whole or streamed, back into a Message and Anthropic's stream events;
-// refusals take Anthropic's error shape. The translation keeps text,
-// system prompts, tools and tool results, stop sequences, stop reasons
-// and usage; what chat cannot carry (images by base64 aside, documents,
-// thinking) is refused with a clear error rather than dropped.
+// Package anthropic translates between Anthropic's Messages API and the
+// chat completions the mesh plans, forwards, budgets and relays, both
+// ways:
+//
+//   - in, at a node's edge (POST /v1/messages): a Messages request into a
+//     chat completion (ToChat), and the chat answer, whole or streamed,
+//     back into a Message and Anthropic's stream events (FromChat,
+//     Stream); refusals take Anthropic's error shape;
+//   - out, to a provider of route's anthropic kind: a chat request into a
+//     Messages request (FromChatRequest), and its Message, stream and
+//     errors back into chat's (ToChatAnswer, StreamReader, ToOpenAIError).
+//
+// The translation keeps text, system prompts, images, tools and tool
+// results, stop sequences, stop reasons and usage; what the other side
+// cannot carry (documents, thinking, server tools, several choices) is
+// refused with a clear error rather than dropped.
 //
 // The package imports no project package.
-package messages
+package anthropic
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package messages
+package anthropic
 
 import (
 	"encoding/json"
