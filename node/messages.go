@@ -9,9 +9,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
+	"github.com/llmesh/llmesh/node/tenant"
 	"github.com/llmesh/llmesh/route"
 	"github.com/llmesh/llmesh/route/anthropic"
 )
@@ -63,7 +66,8 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 		sink.refuse(http.StatusBadRequest, "anthropic-version: header is required")
 		return
 	}
-	if _, ok := n.tenants.Load().Authenticate(r); !ok {
+	t, ok := n.tenants.Load().Authenticate(r)
+	if !ok {
 		sink.refuse(http.StatusUnauthorized, errUnauthorized.Error())
 		return
 	}
@@ -76,6 +80,9 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		chat, err = route.ParseChatRequest(req.Chat)
 	}
+	if err == nil && !n.servesFor(t, chat.Model) {
+		err = fmt.Errorf("%w: %q is not served here for this tenant; GET /v1/models lists the models", route.ErrModelNotFound, chat.Model)
+	}
 	if err != nil {
 		status, e := n.classify(err)
 		sink.refuse(status, e.Message)
@@ -87,6 +94,11 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(req.Chat, &doc)
 	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": tok.CountPrompt(chat) + tok.Count(string(doc.Tools))})
+}
+
+// servesFor reports whether model is one tenant t may use.
+func (n *Node) servesFor(t *tenant.Tenant, model string) bool {
+	return slices.ContainsFunc(n.modelsFor(t), func(m modelInfo) bool { return m.ID == model })
 }
 
 // messagesSink translates what the pipeline writes in the chat API's
@@ -156,10 +168,18 @@ func (s *messagesSink) events(p []byte) error {
 		if i < 0 {
 			break
 		}
+		// An event's data lines are one payload, joined by newlines.
+		var data []byte
 		for line := range bytes.SplitSeq(s.buf[:i], []byte("\n")) {
-			if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-				s.out = s.stream.Chunk(s.out, bytes.TrimSpace(data))
+			if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				if data != nil {
+					data = append(data, '\n')
+				}
+				data = append(data, bytes.TrimPrefix(d, []byte(" "))...)
 			}
+		}
+		if data != nil {
+			s.out = s.stream.Chunk(s.out, bytes.TrimSpace(data))
 		}
 		s.buf = s.buf[:copy(s.buf, s.buf[i+2:])]
 	}

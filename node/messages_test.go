@@ -154,6 +154,12 @@ func TestMessagesCountTokens(t *testing.T) {
 	if plain.InputTokens < 6 || withTools.InputTokens <= plain.InputTokens {
 		t.Fatalf("counted %d, and %d with a tool", plain.InputTokens, withTools.InputTokens)
 	}
+	_, err = c.Messages.CountTokens(context.Background(), anthropic.MessageCountTokensParams{Model: "claude-none",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || string(apiErr.Type()) != "not_found_error" {
+		t.Fatalf("counting for an unknown model: %v", err)
+	}
 }
 
 // A provider of kind anthropic (the emulator speaking Messages) serves

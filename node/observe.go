@@ -95,7 +95,11 @@ func (n *Node) observeHandler(w http.ResponseWriter, r *http.Request) {
 
 func (n *Node) observeMesh(ctx context.Context, last, seconds int) views.MeshObservation {
 	self := n.observation(ctx, last, seconds)
-	out := views.MeshObservation{Node: n.s.Name, Nodes: []views.Observation{self}, Series: self.Series}
+	// The mesh's series is a sum of its own: merged into, it must not
+	// share the nodes' maps.
+	out := views.MeshObservation{Node: n.s.Name, Nodes: []views.Observation{self},
+		Series: views.Series{End: self.Series.End, Seconds: self.Series.Seconds}}
+	series.Merge(&out.Series, self.Series)
 	if n.forward != nil {
 		ctx, cancel := context.WithTimeout(ctx, gatherWithin)
 		defer cancel()

@@ -54,6 +54,9 @@ func TestObserveGathersTheMesh(t *testing.T) {
 	if n := total(doc.Series.Providers["gpu-eu"].Requests); n != 3 {
 		t.Fatalf("the mesh's series counts %d requests at gpu-eu; 3 were sent (a forward counts once)", n)
 	}
+	if n := total(by["eu-1"].Series.Providers["gpu-eu"].Requests); n != 0 {
+		t.Fatalf("eu-1's own series counts %d of us-1's requests: the mesh's sum was merged into it", n)
+	}
 	us := by["us-1"]
 	if n := total(us.Series.Forwards["eu-1"].Requests); n != 3 || us.Region != "us-east" {
 		t.Fatalf("us-1 (%s) forwarded %d requests to eu-1 by its series; want 3", us.Region, n)

@@ -4,6 +4,7 @@ import (
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/node/tracing"
+	"github.com/llmesh/llmesh/route"
 )
 
 // newTracer returns the node's tracer, nil unless tracing.otlp_endpoint
@@ -26,8 +27,9 @@ func (n *Node) endSpan(sp *tracing.Span, e *decisions.Decision, via string) {
 	if sp == nil {
 		return
 	}
-	f := tracing.Finish{Name: e.API.String() + " " + e.Model, End: e.At.Add(e.Took), Attrs: []tracing.Attr{
-		tracing.String("gen_ai.operation.name", e.API.String()), tracing.String("gen_ai.request.model", e.Model),
+	op := genAIOperation(e.API)
+	f := tracing.Finish{Name: op + " " + e.Model, End: e.At.Add(e.Took), Attrs: []tracing.Attr{
+		tracing.String("gen_ai.operation.name", op), tracing.String("llmesh.endpoint", e.API.String()), tracing.String("gen_ai.request.model", e.Model),
 		tracing.String("llmesh.request_id", e.ID), tracing.String("llmesh.tenant", e.Tenant),
 		tracing.String("llmesh.outcome", e.Outcome()),
 		tracing.Int("http.response.status_code", int64(e.Status)), tracing.Bool("llmesh.stream", e.Stream),
@@ -57,4 +59,15 @@ func (n *Node) endSpan(sp *tracing.Span, e *decisions.Decision, via string) {
 		f.Error = e.Outcome()
 	}
 	n.tracer.End(sp, f)
+}
+
+// genAIOperation is OpenTelemetry's gen_ai.operation.name of an API.
+func genAIOperation(a route.API) string {
+	switch a {
+	case route.APIEmbeddings:
+		return "embeddings"
+	case route.APICompletions:
+		return "text_completion"
+	}
+	return "chat"
 }

@@ -144,8 +144,10 @@ type ForwardRequest struct {
 	// receiver spends its share on it without counting it as its own.
 	Spill bool `protobuf:"varint,10,opt,name=spill,proto3" json:"spill,omitempty"`
 	// api is the endpoint the client called: "chat" (or "", from an older
-	// node) or "embeddings". A node that does not serve it refuses the
-	// forward.
+	// node), "embeddings", "completions" or "messages" (a Messages request
+	// translated at the origin: the body is a chat completion's). A node
+	// that does not serve it refuses the forward; a node older than the
+	// field reads every body as chat's.
 	Api           string `protobuf:"bytes,11,opt,name=api,proto3" json:"api,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -53,7 +53,10 @@ func (c *call) attempt() *attemptResult {
 	case code == http.StatusTooManyRequests:
 		a.retryAfter = retryAfter(resp.Header, e.now())
 		return c.fail(OutcomeRateLimited, "429: %s", snippet(resp.Body, 256))
-	case code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge || code == http.StatusUnprocessableEntity:
+	case code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge || code == http.StatusUnprocessableEntity,
+		// A provider without the endpoint (OpenAI's chat models serve no
+		// legacy completions) refuses the request, and stays healthy.
+		code == http.StatusNotFound && req.Chat.API != APIChat && req.Chat.API != APIMessages:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		a.final = &UpstreamReply{Provider: t.Provider(), Status: code, Header: resp.Header, Body: b}
 		return c.fail(OutcomeRefused, "%d", code)

@@ -23,7 +23,7 @@ func ParseCompletionsRequest(body []byte) (*ChatRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &ChatRequest{API: APICompletions, raw: body, members: members, N: 1, MaxTokens: defaultCompletionTokens}
+	r := &ChatRequest{API: APICompletions, raw: body, members: members, N: 1, MaxTokens: defaultCompletionTokens, defaultMax: true}
 	var haveModel, havePrompt bool
 	for _, m := range members {
 		v := body[m.vstart:m.vend]
@@ -34,13 +34,14 @@ func ParseCompletionsRequest(body []byte) (*ChatRequest, error) {
 		case "prompt":
 			havePrompt = true
 			err = r.decodeInput(m.key, v, true)
+			r.prompts = promptCount(v)
 		case "stream":
 			err = decodeField(m.key, v, &r.Stream)
 		case "stream_options":
 			err = r.decodeStreamOptions(v)
 		case "max_tokens":
 			if v[0] != 'n' {
-				r.MaxTokens = 0
+				r.MaxTokens, r.defaultMax = 0, false
 				err = decodeCount(m.key, v, &r.MaxTokens, 0, 1<<30)
 			}
 		case "n":
@@ -89,5 +90,20 @@ func (r *ChatRequest) decodeStreamOptions(v []byte) error {
 }
 
 // Choices is how many completions the provider generates: n, or best_of
-// when larger (it generates best_of and returns the n best).
-func (r *ChatRequest) Choices() int { return max(r.N, r.bestOf) }
+// when larger (it generates best_of and returns the n best), for each of
+// a legacy completion's prompts.
+func (r *ChatRequest) Choices() int { return max(r.N, r.bestOf) * max(r.prompts, 1) }
+
+// promptCount is how many prompts a completions prompt holds: one string
+// or one array of token ids is one; an array of strings or of token
+// arrays is one each.
+func promptCount(v []byte) int {
+	if v[0] != '[' {
+		return 1
+	}
+	items := scanArray(v)
+	if len(items) == 0 || (items[0][0] != '"' && items[0][0] != '[') {
+		return 1 // token ids: one prompt
+	}
+	return len(items)
+}

@@ -39,9 +39,14 @@ type ChatRequest struct {
 	inputs      []string
 	inputTokens int
 	bestOf      int // a legacy completion's best_of; 0 when absent
-	raw         []byte
-	rawLen      int // a synthetic request's body length (it has no body)
-	members     []member
+	prompts     int // a legacy completion's prompts, each answered n times
+	// defaultMax: a legacy completion gave no max_tokens, and the bound
+	// priced (MaxTokens) is written into the body sent on, so that no
+	// provider's own default (llama.cpp's is unbounded) can exceed it.
+	defaultMax bool
+	raw        []byte
+	rawLen     int // a synthetic request's body length (it has no body)
+	members    []member
 }
 
 // member locates one top-level field of the raw body.
@@ -327,12 +332,12 @@ func (r *ChatRequest) UpstreamBody(model string) []byte {
 func (r *ChatRequest) WithModel(model string) []byte { return r.rewrite(model, false) }
 
 func (r *ChatRequest) rewrite(model string, wantUsage bool) []byte {
-	if model == r.Model && !wantUsage {
+	if model == r.Model && !wantUsage && !r.defaultMax {
 		return r.raw
 	}
 	out := make([]byte, 0, len(r.raw)+64)
 	out = append(out, '{')
-	sawOptions := false
+	sawOptions, sawMax := false, false
 	for i, m := range r.members {
 		if i > 0 {
 			out = append(out, ',')
@@ -345,6 +350,10 @@ func (r *ChatRequest) rewrite(model string, wantUsage bool) []byte {
 			sawOptions = true
 			out = append(out, `"stream_options":`...)
 			out = append(out, withIncludeUsage(r.raw[m.vstart:m.vend])...)
+		case m.key == "max_tokens" && r.defaultMax: // null
+			sawMax = true
+			out = append(out, `"max_tokens":`...)
+			out = strconv.AppendInt(out, int64(r.MaxTokens), 10)
 		default:
 			out = append(out, r.raw[m.start:m.end]...)
 		}
@@ -354,6 +363,10 @@ func (r *ChatRequest) rewrite(model string, wantUsage bool) []byte {
 			out = append(out, ',')
 		}
 		out = append(out, `"stream_options":{"include_usage":true}`...)
+	}
+	if r.defaultMax && !sawMax {
+		out = append(out, `,"max_tokens":`...)
+		out = strconv.AppendInt(out, int64(r.MaxTokens), 10)
 	}
 	return append(out, '}')
 }

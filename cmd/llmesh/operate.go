@@ -182,17 +182,26 @@ func peerAddrs(c *adminClient) []string {
 
 // awaitLeft asks the node's peers, once it stopped taking connections,
 // until one says it has left gossip and Raft's configuration, so that
-// what an operator reads next no longer lists it. A node without peers has
-// nobody to leave.
+// what an operator reads next no longer lists it. A node without peers
+// has nobody to leave; peers that never answer (another admin token, or
+// a loopback-only admin API on another host) are warned of, not failed
+// on: the drain itself succeeded.
 func awaitLeft(c *adminClient, peers []string, stdout io.Writer, name string, deadline time.Time) error {
 	if len(peers) == 0 {
 		return nil
 	}
+	answered := false
 	for i := 0; time.Now().Before(deadline); i++ {
 		p := *c
 		p.addr = peers[i%len(peers)]
-		if left(&p, name) {
+		gone, ok := left(&p, name)
+		answered = answered || ok
+		if gone {
 			fmt.Fprintf(stdout, "%s has left the mesh and Raft (as %s sees it)\n", name, p.addr)
+			return nil
+		}
+		if !answered && i >= 3*len(peers) {
+			fmt.Fprintf(stdout, "%s stopped; none of its peers (%s) answered to confirm it left: check them with -addr\n", name, strings.Join(peers, ", "))
 			return nil
 		}
 		time.Sleep(200 * time.Millisecond) // a poll of another process's state, not a wait in this one
@@ -201,15 +210,15 @@ func awaitLeft(c *adminClient, peers []string, stdout io.Writer, name string, de
 }
 
 // left reports whether the peer c asks no longer lists name as a live
-// member or in Raft's configuration.
-func left(c *adminClient, name string) bool {
+// member or in Raft's configuration, and whether the peer answered.
+func left(c *adminClient, name string) (gone, answered bool) {
 	var doc views.Members
 	if _, err := c.do(http.MethodGet, "/v1/mesh/members", nil, &doc); err != nil {
-		return false
+		return false, false
 	}
 	for _, m := range doc.Members {
 		if m.Name == name && m.State != "left" && m.State != "failed" {
-			return false
+			return false, true
 		}
 	}
 	var peers struct {
@@ -218,14 +227,14 @@ func left(c *adminClient, name string) bool {
 		} `json:"peers"`
 	}
 	if _, err := c.do(http.MethodGet, "/v1/mesh/raft/peers", nil, &peers); err != nil {
-		return false // every peer that gossips has a part in the ledger: ask again
+		return false, true // every peer that gossips has a part in the ledger: ask again
 	}
 	for _, p := range peers.Peers {
 		if p.ID == name {
-			return false
+			return false, true
 		}
 	}
-	return true
+	return true, true
 }
 
 // awaitStopped follows a draining node's phases until it no longer

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -24,6 +25,10 @@ const (
 	maxObservedSeconds   = 600
 	// gatherAtOnce bounds the peers asked at the same time.
 	gatherAtOnce = 16
+	// maxObservation bounds one observation received: a busy peer's
+	// series (MaxKeys rings of ten minutes) and decisions are larger than
+	// gRPC's default 4 MiB.
+	maxObservation = 64 << 20
 )
 
 // ObserveFunc returns this node's observation: its last decisions and
@@ -52,7 +57,8 @@ func (f *Forwarder) Observe(ctx context.Context, addr string, decisions, seconds
 	if err != nil {
 		return o, err
 	}
-	reply, err := pb.NewMeshClient(cc).Observe(ctx, &pb.ObserveRequest{Decisions: int32(decisions), Seconds: int32(seconds)})
+	reply, err := pb.NewMeshClient(cc).Observe(ctx, &pb.ObserveRequest{Decisions: int32(decisions), Seconds: int32(seconds)},
+		grpc.MaxCallRecvMsgSize(maxObservation))
 	if err != nil {
 		return o, fmt.Errorf("%s", status.Convert(err).Message())
 	}

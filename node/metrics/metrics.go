@@ -59,7 +59,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_requests_total",
-			Help: "API requests answered, by endpoint (chat, embeddings), model, provider that answered (empty if none) and HTTP status.",
+			Help: "API requests answered, by endpoint (chat, embeddings, completions, messages), model, provider that answered (empty if none) and HTTP status.",
 		}, []string{"endpoint", "model", "provider", "code"})).(*prometheus.CounterVec),
 		duration: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmesh_request_duration_seconds", Buckets: latencyBuckets(),

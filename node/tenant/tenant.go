@@ -102,7 +102,8 @@ func decodeKeyHash(h string) (sum [sha256.Size]byte, ok bool) {
 }
 
 // Authenticate returns the tenant whose key the request carries, as
-// "Authorization: Bearer KEY" (OpenAI SDKs) or "api-key: KEY" (Azure SDKs).
+// "Authorization: Bearer KEY" (OpenAI SDKs), "api-key: KEY" (Azure SDKs)
+// or "x-api-key: KEY" (Anthropic SDKs), in that order of precedence.
 //
 // The key is hashed; candidates are found by the hash's first eight bytes
 // and the whole hash is compared in constant time. The lookup's timing

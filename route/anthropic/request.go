@@ -12,8 +12,10 @@
 //
 // The translation keeps text, system prompts, images, tools and tool
 // results, stop sequences, stop reasons and usage; what the other side
-// cannot carry (documents, thinking, server tools, several choices) is
-// refused with a clear error rather than dropped.
+// cannot carry (documents, thinking, server tools, more than four stop
+// sequences, several choices) is refused with a clear error rather than
+// dropped. top_k, a sampling hint chat has no field for, is not sent on;
+// a stop at a stop sequence reads as end_turn (chat does not say which).
 //
 // The package imports no project package.
 package anthropic
@@ -86,6 +88,9 @@ type inRequest struct {
 	Metadata *struct {
 		UserID string `json:"user_id"`
 	} `json:"metadata"`
+	Thinking *struct {
+		Type string `json:"type"`
+	} `json:"thinking"`
 }
 
 // chat message and part shapes, as the chat API reads them.
@@ -136,6 +141,10 @@ func ToChat(body []byte, counting bool) (*Request, error) {
 		return nil, bad("max_tokens: must be at least 1")
 	case len(in.Messages) == 0:
 		return nil, bad("messages: at least one message is required")
+	case in.Thinking != nil && in.Thinking.Type == "enabled":
+		return nil, bad("thinking: extended thinking is not supported by this gateway")
+	case len(in.StopSequences) > 4:
+		return nil, bad("stop_sequences: at most 4 are supported by this gateway (chat providers take 4); got %d", len(in.StopSequences))
 	}
 	var msgs []chatMessage
 	if len(in.System) > 0 && string(in.System) != "null" {
