@@ -4,16 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 func anthropicAt(url, key string) anthropic.Client {
@@ -224,5 +229,62 @@ func TestAnthropicProviderKind(t *testing.T) {
 	resp2 := postPath(t, f.url+"/v1/completions", testKey, `{"model":"gpt-4o-mini","prompt":"hi"}`)
 	if body := readAll(t, resp2.Body); resp2.StatusCode != 503 || !strings.Contains(body, "neither legacy completions") {
 		t.Fatalf("completions at an anthropic provider: %d %s", resp2.StatusCode, body)
+	}
+}
+
+// Every endpoint is charged to the tenant's budget in the ledger: an eu
+// tenant with a budget sends an embeddings, a legacy completion and a
+// Messages request to the us node (each served in the eu), and the
+// ledger's settled spend comes to what the decisions say they cost, with
+// no overspend.
+func TestEveryEndpointChargesTheBudget(t *testing.T) {
+	f := startRegions(t, embeddingUpstreams(), func(region string, c *node.Config) {
+		c.Node.Voter, c.Node.BootstrapExpect = true, 3
+		c.Node.Raft, c.Node.DataDir = "127.0.0.1:0", t.TempDir()
+		for i := range c.Tenants {
+			if c.Tenants[i].Name == "acme-eu" {
+				c.Tenants[i].Budget = &node.BudgetSection{USD: 5, Period: "month"}
+			}
+		}
+	})
+	us := f.urls["us"]
+	for _, r := range []struct{ path, body string }{
+		{"/v1/embeddings", `{"model":"emb","input":["Bonjour le monde","Guten Tag"]}`},
+		{"/v1/completions", `{"model":"gpt-4o-mini","prompt":"Once upon a time","max_tokens":8}`},
+		{"/v1/messages", `{"model":"gpt-4o-mini","max_tokens":8,"messages":[{"role":"user","content":"Bonjour"}]}`},
+	} {
+		resp := postPath(t, us+r.path, euKey, r.body, "Anthropic-Version", "2023-06-01")
+		if body := readAll(t, resp.Body); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", r.path, resp.StatusCode, body)
+		}
+	}
+	var doc views.Decisions
+	wait.For(t, 10*time.Second, "the three decisions", func() bool {
+		doc = views.Decisions{}
+		getJSON(t, us+"/v1/mesh/decisions?limit=3", "", &doc)
+		return len(doc.Decisions) == 3
+	})
+	cost := 0.0
+	for _, d := range doc.Decisions {
+		if d.CostUSD <= 0 || d.Provider != "gpu-eu" {
+			t.Fatalf("decision %+v: want a cost, served by gpu-eu", d)
+		}
+		cost += d.CostUSD
+	}
+	var books views.Budgets
+	wait.For(t, 20*time.Second, "the ledger to settle the three requests", func() bool {
+		books = views.Budgets{}
+		getJSON(t, us+"/v1/mesh/budgets", "", &books)
+		for _, b := range books.Budgets {
+			if b.Tenant == "acme-eu" {
+				return math.Abs(b.SettledUSD-cost) < 1e-9
+			}
+		}
+		return false
+	})
+	for _, b := range books.Budgets {
+		if b.OverspendUSD != 0 {
+			t.Fatalf("overspend: %+v", b)
+		}
 	}
 }
