@@ -83,12 +83,15 @@ type Node struct {
 	// the file's, and the ledger's once read (refreshTenants).
 	tenants atomic.Pointer[tenant.Keys]
 
-	mesh     *gossip.Mesh // nil when the node does not gossip
-	grpc     *grpc.Server // nil without node.rpc
-	rpcLn    net.Listener
-	forward  *forward.Forwarder
-	ledger   *ledger.Ledger // nil when the node has no part in the ledger
-	inFlight atomic.Int64
+	mesh  *gossip.Mesh // nil when the node does not gossip
+	grpc  *grpc.Server // nil without node.rpc
+	rpcLn net.Listener
+	// rpcListening is rpcLn's address once it listens: the ledger's
+	// bootstrap reads it from its own goroutine, started first.
+	rpcListening atomic.Pointer[string]
+	forward      *forward.Forwarder
+	ledger       *ledger.Ledger // nil when the node has no part in the ledger
+	inFlight     atomic.Int64
 	// admitted counts the requests that waited for admission, and how
 	// long in all.
 	// rateWaiting are those waiting now for a rate share.

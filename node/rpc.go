@@ -53,6 +53,8 @@ func (n *Node) listenRPC(ctx context.Context) error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.s.TLS.Server)))
 	}
 	n.rpcLn = ln
+	addr = ln.Addr().String()
+	n.rpcListening.Store(&addr)
 	n.grpc = grpc.NewServer(opts...)
 	if n.ledger != nil {
 		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.Client()))
@@ -64,10 +66,10 @@ func (n *Node) listenRPC(ctx context.Context) error {
 
 // rpcAddr returns the gRPC listener's address, or "".
 func (n *Node) rpcAddr() string {
-	if n.rpcLn == nil {
-		return ""
+	if a := n.rpcListening.Load(); a != nil {
+		return *a
 	}
-	return n.rpcLn.Addr().String()
+	return ""
 }
 
 // stopRPC lets forwarded requests in flight finish until ctx ends, then

@@ -21,12 +21,12 @@ import (
 )
 
 // specPath is OpenAI's OpenAPI document: $LLMESH_OPENAI_SPEC, else the
-// shared folder beside the repository.
+// copy in testdata.
 func specPath() string {
 	if p := os.Getenv("LLMESH_OPENAI_SPEC"); p != "" {
 		return p
 	}
-	return "../../../../shared/openai/openapi.yaml"
+	return "testdata/openai/openapi.yaml"
 }
 
 type spec struct {
