@@ -210,15 +210,20 @@ func (n *Node) api(api route.API) http.HandlerFunc {
 
 func (n *Node) clientRequest(api route.API, w http.ResponseWriter, r *http.Request) {
 	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
+	n.serve(r.Context(), n.clientInbound(api, r, func() ([]byte, error) { return n.readBody(w, sink.rc, r) }), sink)
+}
+
+// clientInbound is the inbound of a client's request of api: its tenant (or
+// why it has none), its request id and headers, and read for its body.
+func (n *Node) clientInbound(api route.API, r *http.Request, read func() ([]byte, error)) *inbound {
 	t, ok := n.tenants.Load().Authenticate(r)
-	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(),
-		read:    func() ([]byte, error) { return n.readBody(w, sink.rc, r) },
+	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
 		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}
 	if !ok {
 		in.authErr = errUnauthorized
 	}
-	n.serve(r.Context(), in, sink)
+	return in
 }
 
 // requestID returns the client's X-Request-Id when it is a short printable

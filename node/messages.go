@@ -1,7 +1,7 @@
 package node
 
 // Anthropic's Messages API at the edge: POST /v1/messages is translated
-// into a chat completion (node/messages) and served by the one pipeline;
+// into a chat completion (route/anthropic) and served by the one pipeline;
 // its answer, whole or streamed, and every refusal are translated back
 // into Anthropic's shapes by messagesSink.
 
@@ -28,31 +28,24 @@ func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
 		sink.refuse(http.StatusBadRequest, "anthropic-version: header is required")
 		return
 	}
-	t, ok := n.tenants.Load().Authenticate(r)
-	in := &inbound{origin: fromClient, api: route.APIMessages, tenant: t, id: requestID(r), start: n.now(),
-		read: func() ([]byte, error) {
-			body, err := n.readBody(w, sink.rc, r)
-			if err != nil {
-				return nil, err
+	in := n.clientInbound(route.APIMessages, r, func() ([]byte, error) {
+		body, err := n.readBody(w, sink.rc, r)
+		if err != nil {
+			return nil, err
+		}
+		req, err := anthropic.ToChat(body, false)
+		if err != nil {
+			if me := (*anthropic.Error)(nil); errors.As(err, &me) {
+				return nil, &route.InvalidRequestError{Msg: me.Msg}
 			}
-			req, err := anthropic.ToChat(body, false)
-			if err != nil {
-				if me := (*anthropic.Error)(nil); errors.As(err, &me) {
-					return nil, &route.InvalidRequestError{Msg: me.Msg}
-				}
-				return nil, err
-			}
-			sink.model, sink.stream = req.Model, anthropic.NewStream(req.Model)
-			if !req.Stream {
-				sink.stream = nil
-			}
-			return req.Chat, nil
-		},
-		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
-		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}
-	if !ok {
-		in.authErr = errUnauthorized
-	}
+			return nil, err
+		}
+		sink.model, sink.stream = req.Model, anthropic.NewStream(req.Model)
+		if !req.Stream {
+			sink.stream = nil
+		}
+		return req.Chat, nil
+	})
 	n.serve(r.Context(), in, sink)
 	sink.close()
 }
