@@ -33,8 +33,9 @@ func (s *Server) Apply(ctx context.Context, cmd Command) (Result, error) {
 	start := time.Now()
 	f := s.raft.Apply(b, timeout)
 	// raft's timeout bounds only the enqueue; the wait for the commit is
-	// bounded here. (The future resolves later, at the latest when Raft
-	// shuts down; its waiter ends then.)
+	// bounded here. (The future resolves later, when Raft applies it or
+	// loses leadership. One whose batch is queued for the FSM when Raft
+	// shuts down never resolves, and its waiter stays: see wait.NoLeaks.)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
