@@ -66,9 +66,16 @@ func TestEmbeddingsAcrossTheMesh(t *testing.T) {
 	if d := doc.Decisions[0]; d.Endpoint != "embeddings" || d.CostUSD <= 0 || d.Provider != "gpu-eu" {
 		t.Fatalf("decision %+v", d)
 	}
-	if m := readAll(t, mustGet(t, f.urls["us"]+"/metrics").Body); !strings.Contains(m, `llmesh_requests_total{code="200",endpoint="embeddings",model="emb",provider="gpu-eu"} 1`) {
-		t.Fatal("llmesh_requests_total has no endpoint=embeddings series")
-	}
+	awaitMetric(t, f.urls["us"], `llmesh_requests_total{code="200",endpoint="embeddings",model="emb",provider="gpu-eu"} 1`)
+}
+
+// awaitMetric waits for node's /metrics to hold line: a request is
+// counted as it is accounted, just after its client has the answer.
+func awaitMetric(t *testing.T, node, line string) {
+	t.Helper()
+	wait.For(t, 5*time.Second, "/metrics to show "+line, func() bool {
+		return strings.Contains(readAll(t, mustGet(t, node+"/metrics").Body), line)
+	})
 }
 
 // Bad embeddings requests get 400s in OpenAI's shape naming the
@@ -157,9 +164,7 @@ func TestCompletionsAcrossTheMesh(t *testing.T) {
 	if chunks < 12 || text == "" || usage != 12 || hdr.Header.Get("X-LLMesh-Via") != "eu-1" {
 		t.Fatalf("stream: %d chunks, %q, usage %d, via %q", chunks, text, usage, hdr.Header.Get("X-LLMesh-Via"))
 	}
-	if m := readAll(t, mustGet(t, f.urls["us"]+"/metrics").Body); !strings.Contains(m, `endpoint="completions",model="gpt-4o-mini",provider="gpu-eu"} 2`) {
-		t.Fatal("llmesh_requests_total has no endpoint=completions series counting both")
-	}
+	awaitMetric(t, f.urls["us"], `llmesh_requests_total{code="200",endpoint="completions",model="gpt-4o-mini",provider="gpu-eu"} 2`)
 	// Bad input, in OpenAI's shape.
 	for _, c := range []struct{ body, param string }{
 		{`{"model":"gpt-4o-mini"}`, "prompt"},
