@@ -27,7 +27,10 @@ func ErrorType(status int) string {
 	case http.StatusGatewayTimeout:
 		return "timeout_error"
 	}
-	return "api_error"
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
 }
 
 // ErrorBody is an Anthropic error document for status and message.

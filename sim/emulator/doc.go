@@ -28,8 +28,9 @@
 // input alone; Responses ids also carry a random part drawn by New, so that
 // two emulators of one configuration never hand out the same id.
 //
-// emulator imports only route/ and the standard library. It must not import
-// node/ or anything that composes a node: sim/harness, cmd/ and tests import
+// emulator imports only route/ (route/anthropic for Anthropic's error
+// types) and the standard library. It must not import node/ or anything
+// that composes a node: sim/harness, cmd/ and tests import
 // it. Its conformance/ folder is a module of its own that validates the
 // answers against OpenAI's OpenAPI document.
 package emulator

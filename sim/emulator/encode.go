@@ -1,10 +1,11 @@
 package emulator
 
 import (
-	"net/http"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/llmesh/llmesh/route/anthropic"
 )
 
 // The answers are built by appending to byte slices rather than with
@@ -107,34 +108,12 @@ func (e *apiError) appendJSON(b []byte) []byte {
 	return append(b, "}}"...)
 }
 
-// anthropicType is the Anthropic error type of an answer's HTTP status.
-func anthropicType(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusForbidden:
-		return "permission_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case http.StatusServiceUnavailable, 529:
-		return "overloaded_error"
-	}
-	if status >= 500 {
-		return "api_error"
-	}
-	return "invalid_request_error"
-}
-
 // appendAnthropicJSON appends e in Anthropic's shape:
 // {"type":"error","error":{"type":...,"message":...}}. A parameter is
 // named in the message, as Anthropic does ("max_tokens: Field required").
 func (e *apiError) appendAnthropicJSON(b []byte) []byte {
 	b = append(b, `{"type":"error","error":{"type":`...)
-	b = appendString(b, anthropicType(e.status))
+	b = appendString(b, anthropic.ErrorType(e.status))
 	b = append(b, `,"message":`...)
 	msg := e.message
 	if e.param != "" && !strings.HasPrefix(msg, e.param+":") {
