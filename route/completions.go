@@ -1,7 +1,5 @@
 package route
 
-import "encoding/json"
-
 // defaultCompletionTokens is max_tokens of a legacy completion that gives
 // none, as OpenAI's API (and vLLM's) defaults it.
 const defaultCompletionTokens = 16
@@ -16,10 +14,7 @@ const defaultCompletionTokens = 16
 // extensions) byte for byte. A completions request is served by chat
 // models: no model declares it separately.
 func ParseCompletionsRequest(body []byte) (*ChatRequest, error) {
-	if !json.Valid(body) {
-		return nil, invalid("", "the request body is not valid JSON")
-	}
-	members, err := scanObject(body)
+	members, err := topMembers(body)
 	if err != nil {
 		return nil, err
 	}

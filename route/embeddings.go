@@ -1,9 +1,6 @@
 package route
 
-import (
-	"encoding/json"
-	"strconv"
-)
+import "strconv"
 
 // maxEmbeddingInputs is OpenAI's bound on the inputs of one embeddings
 // request.
@@ -17,10 +14,7 @@ const maxEmbeddingInputs = 2048
 // provider byte for byte. The request has no completion: its cost is its
 // input.
 func ParseEmbeddingsRequest(body []byte) (*ChatRequest, error) {
-	if !json.Valid(body) {
-		return nil, invalid("", "the request body is not valid JSON")
-	}
-	members, err := scanObject(body)
+	members, err := topMembers(body)
 	if err != nil {
 		return nil, err
 	}

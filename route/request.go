@@ -145,10 +145,7 @@ func SyntheticChat(model string, promptTokens, maxTokens int, stream bool, user 
 // a body whose "model" appears twice could be routed on one value and
 // executed by a provider that reads the other.
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	if !json.Valid(body) {
-		return nil, invalid("", "the request body is not valid JSON")
-	}
-	members, err := scanObject(body)
+	members, err := topMembers(body)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +210,15 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		r.IncludeUsage = false
 	}
 	return r, nil
+}
+
+// topMembers checks that body is valid JSON and returns its top-level
+// members, refusing one given twice: the start of every endpoint's parse.
+func topMembers(body []byte) ([]member, error) {
+	if !json.Valid(body) {
+		return nil, invalid("", "the request body is not valid JSON")
+	}
+	return scanObject(body)
 }
 
 func (r *ChatRequest) decodeMessages(v []byte) error {
