@@ -22,10 +22,12 @@
 // the answer (store, metadata, include other than logprobs, truncation,
 // prompt_cache_key, safety_identifier, service_tier, max_tool_calls,
 // reasoning.summary); the Response echoes what it is given of them, as
-// OpenAI's does.
+// OpenAI's does. A developer message is sent as a system message, which
+// is what chat providers other than OpenAI know. The reasoning_content
+// some providers add to chat's answer, outside its spec, is not shown.
 //
 // The package holds no state: storing a conversation is the caller's. It
-// imports no project package; route imports it.
+// imports no project package, so that route can import it.
 package responses
 
 import (
