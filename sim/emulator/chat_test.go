@@ -205,7 +205,7 @@ func TestChatStreaming(t *testing.T) {
 			}
 		})
 	}
-	s := e.Stats()
+	s := settled(t, e)
 	if s.Streams != 4 || s.StreamsCompleted != 4 {
 		t.Errorf("streams %d completed %d, want 4 and 4", s.Streams, s.StreamsCompleted)
 	}
@@ -476,7 +476,7 @@ func TestStatsCounters(t *testing.T) {
 	readAll(t, do(t, c, "POST", url, body("nope", "")), 404)
 	readAll(t, do(t, c, "GET", url, ""), 405)
 
-	s := e.Stats()
+	s := settled(t, e)
 	prompt := int64(r.Usage.PromptTokens)
 	want := Stats{
 		Requests:         4,

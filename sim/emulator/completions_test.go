@@ -121,7 +121,7 @@ func TestCompletionsStream(t *testing.T) {
 	if usage.PromptTokens != int64(testTokenizer.Count(prompt)) || usage.CompletionTokens != 20 {
 		t.Errorf("usage %+v", usage)
 	}
-	if s := e.Stats(); s.StreamsCompleted != 1 || s.CompletionTokens != 20 {
+	if s := settled(t, e); s.StreamsCompleted != 1 || s.CompletionTokens != 20 {
 		t.Errorf("stats %+v", s)
 	}
 }

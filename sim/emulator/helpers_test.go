@@ -278,3 +278,13 @@ func compact(t *testing.T, s string) string {
 	}
 	return buf.String()
 }
+
+// settled returns e's stats once no request is in flight: a client has
+// the end of its answer a moment before the handler that wrote it has
+// counted it.
+func settled(t *testing.T, e *Emulator) Stats {
+	t.Helper()
+	var s Stats
+	wait.For(t, 5*time.Second, "the emulator's requests to end", func() bool { s = e.Stats(); return s.InFlight == 0 })
+	return s
+}

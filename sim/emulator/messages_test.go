@@ -116,7 +116,7 @@ func TestMessagesStream(t *testing.T) {
 		len(msg.Content) != 1 || testTokenizer.Count(msg.Content[0].Text) != 12 {
 		t.Errorf("accumulated %+v", msg)
 	}
-	if s := e.Stats(); s.StreamsCompleted != 1 || s.CompletionTokens != 12 {
+	if s := settled(t, e); s.StreamsCompleted != 1 || s.CompletionTokens != 12 {
 		t.Errorf("stats %+v", s)
 	}
 }
