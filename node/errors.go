@@ -40,7 +40,11 @@ func classify(err error) (int, apiError) {
 	e := apiError{Message: err.Error()}
 	var inv *route.InvalidRequestError
 	var ra *route.RetryAfterError
+	var nf *notFoundError
 	switch {
+	case errors.As(err, &nf):
+		e.Type, e.Code, e.Param = "invalid_request_error", nf.code, &nf.param
+		return http.StatusNotFound, e
 	case errors.As(err, &inv):
 		e.Type, e.Code = "invalid_request_error", "invalid_request"
 		if inv.Param != "" {
@@ -143,3 +147,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
+
+// notFoundError is a request naming something (in param) that no node
+// holds: OpenAI's 404 with its code.
+type notFoundError struct{ param, code, msg string }
+
+func (e *notFoundError) Error() string { return e.msg }

@@ -8,7 +8,7 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
-// explain serves POST /v1/route/explain. A tenant's key explains for that
+// explain serves POST /v1/route/explain[?endpoint=API]. A tenant's key explains for that
 // tenant; the admin token (or, without one, a loopback caller) may name
 // any tenant with X-LLMesh-Tenant, or none for an unrestricted request.
 func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
@@ -26,7 +26,13 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	req, err := n.admit(&inbound{origin: fromClient, planOnly: true, tenant: t, start: n.now(),
+	// ?endpoint= names the API the body is for (chat when absent).
+	api, ok := route.ParseAPI(r.URL.Query().Get("endpoint"))
+	if !ok || api == route.APIMessages {
+		n.writeError(w, &route.InvalidRequestError{Param: "endpoint", Msg: "must be chat, embeddings, completions or responses"})
+		return
+	}
+	req, err := n.admit(&inbound{origin: fromClient, planOnly: true, tenant: t, start: n.now(), api: api,
 		read:    func() ([]byte, error) { return n.readBody(w, http.NewResponseController(w), r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency")})
 	if err != nil {

@@ -23,7 +23,7 @@ const testKey = "sk-test-0123456789abcdef"
 // upstream describes one emulated provider of a test node.
 type upstream struct {
 	name       string
-	kind       string // openai | azure
+	kind       string // openai | azure | anthropic | vllm ...
 	in, out    float64
 	priority   int
 	models     []string // default: gpt-4o-mini
@@ -100,6 +100,9 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 			ec.ErrorRate, ec.RPM, ec.DefaultMaxTokens = u.emu.ErrorRate, u.emu.RPM, u.emu.DefaultMaxTokens
 		}
 		ec.APIKey = u.apiKey
+		// The emulator serves what the kind stands for: a vLLM has no
+		// Responses API.
+		ec.NoResponses = ec.NoResponses || !route.Kind(u.kind).ServesResponses()
 		// The emulator charges what the node's configuration says the
 		// models cost, so that spend can be checked against it.
 		ec.Models, ec.Deployments = map[string]emulator.Price{}, map[string]string{}

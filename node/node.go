@@ -102,6 +102,7 @@ type Node struct {
 	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
 	audit      *audit.Log      // nil when audit.disabled
 	perTenant  sync.Map        // tenant name → *atomic.Int64: its requests in flight here
+	responses  responseStore   // the Responses answers this node relayed from providers
 	logPrompts bool
 	red        *route.Redactor // the node's secrets, out of its log and answers
 

@@ -156,6 +156,9 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	if t != nil {
 		req.Tenant, req.Priority = t.Name, t.Priority
 		req.Residency, req.StrictTransit = n.policyOf(t)
+		if err := n.pinToPrior(t.Name, chat); err != nil {
+			return req, err
+		}
 	}
 	return req, n.narrow(req, in)
 }

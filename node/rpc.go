@@ -59,7 +59,7 @@ func (n *Node) listenRPC(ctx context.Context) error {
 	if n.ledger != nil {
 		pb.RegisterLedgerServer(n.grpc, consensus.NewService(n.ledger.Client()))
 	}
-	pb.RegisterMeshServer(n.grpc, forward.NewService(n.serveForward, n.observation, n.metrics.ForwardsReceived()))
+	pb.RegisterMeshServer(n.grpc, forward.NewService(n.serveForward, n.observation, n.answerStored, n.metrics.ForwardsReceived()))
 	go func() { _ = n.grpc.Serve(ln) }()
 	return nil
 }

@@ -67,6 +67,7 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 		}
 		return answer{res: res, status: n.writeError(sink, err), err: err}
 	}
+	n.keepStored(req, res)
 	a = answer{res: res, status: sink.written()}
 	if res.ClientGone {
 		a.status = statusClientClosed

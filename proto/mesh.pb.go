@@ -25,6 +25,134 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type StoredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"` // lookup, get, delete or cancel
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredRequest) Reset() {
+	*x = StoredRequest{}
+	mi := &file_mesh_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredRequest) ProtoMessage() {}
+
+func (x *StoredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredRequest.ProtoReflect.Descriptor instead.
+func (*StoredRequest) Descriptor() ([]byte, []int) {
+	return file_mesh_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StoredRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *StoredRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StoredRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+type StoredReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Record        []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`  // route.StoredResponse as JSON, for lookup
+	Status        int32                  `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"` // the HTTP status of get, delete or cancel
+	Body          []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`      // and its body (a Response, or an OpenAI error)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredReply) Reset() {
+	*x = StoredReply{}
+	mi := &file_mesh_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredReply) ProtoMessage() {}
+
+func (x *StoredReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredReply.ProtoReflect.Descriptor instead.
+func (*StoredReply) Descriptor() ([]byte, []int) {
+	return file_mesh_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StoredReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *StoredReply) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *StoredReply) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *StoredReply) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
 type ObserveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decisions     int32                  `protobuf:"varint,1,opt,name=decisions,proto3" json:"decisions,omitempty"` // how many of the last decisions, at most 256
@@ -35,7 +163,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_mesh_proto_msgTypes[0]
+	mi := &file_mesh_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +175,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[0]
+	mi := &file_mesh_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +188,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{0}
+	return file_mesh_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ObserveRequest) GetDecisions() int32 {
@@ -86,7 +214,7 @@ type ObserveReply struct {
 
 func (x *ObserveReply) Reset() {
 	*x = ObserveReply{}
-	mi := &file_mesh_proto_msgTypes[1]
+	mi := &file_mesh_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -98,7 +226,7 @@ func (x *ObserveReply) String() string {
 func (*ObserveReply) ProtoMessage() {}
 
 func (x *ObserveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[1]
+	mi := &file_mesh_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -111,7 +239,7 @@ func (x *ObserveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveReply.ProtoReflect.Descriptor instead.
 func (*ObserveReply) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{1}
+	return file_mesh_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ObserveReply) GetObservation() []byte {
@@ -155,7 +283,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_mesh_proto_msgTypes[2]
+	mi := &file_mesh_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +295,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[2]
+	mi := &file_mesh_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +308,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{2}
+	return file_mesh_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForwardRequest) GetOrigin() string {
@@ -274,7 +402,7 @@ type ForwardReply struct {
 
 func (x *ForwardReply) Reset() {
 	*x = ForwardReply{}
-	mi := &file_mesh_proto_msgTypes[3]
+	mi := &file_mesh_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +414,7 @@ func (x *ForwardReply) String() string {
 func (*ForwardReply) ProtoMessage() {}
 
 func (x *ForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[3]
+	mi := &file_mesh_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +427,7 @@ func (x *ForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
 func (*ForwardReply) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{3}
+	return file_mesh_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForwardReply) GetPart() isForwardReply_Part {
@@ -371,7 +499,7 @@ type Head struct {
 
 func (x *Head) Reset() {
 	*x = Head{}
-	mi := &file_mesh_proto_msgTypes[4]
+	mi := &file_mesh_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +511,7 @@ func (x *Head) String() string {
 func (*Head) ProtoMessage() {}
 
 func (x *Head) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[4]
+	mi := &file_mesh_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +524,7 @@ func (x *Head) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Head.ProtoReflect.Descriptor instead.
 func (*Head) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{4}
+	return file_mesh_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Head) GetStatus() int32 {
@@ -430,7 +558,7 @@ type Trailer struct {
 
 func (x *Trailer) Reset() {
 	*x = Trailer{}
-	mi := &file_mesh_proto_msgTypes[5]
+	mi := &file_mesh_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +570,7 @@ func (x *Trailer) String() string {
 func (*Trailer) ProtoMessage() {}
 
 func (x *Trailer) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[5]
+	mi := &file_mesh_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +583,7 @@ func (x *Trailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trailer.ProtoReflect.Descriptor instead.
 func (*Trailer) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{5}
+	return file_mesh_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Trailer) GetProvider() string {
@@ -519,7 +647,16 @@ var File_mesh_proto protoreflect.FileDescriptor
 const file_mesh_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"mesh.proto\x12\tllmesh.v1\"H\n" +
+	"mesh.proto\x12\tllmesh.v1\"G\n" +
+	"\rStoredRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\"g\n" +
+	"\vStoredReply\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x16\n" +
+	"\x06record\x18\x02 \x01(\fR\x06record\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\x05R\x06status\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\"H\n" +
 	"\x0eObserveRequest\x12\x1c\n" +
 	"\tdecisions\x18\x01 \x01(\x05R\tdecisions\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x05R\aseconds\"0\n" +
@@ -559,10 +696,11 @@ const file_mesh_proto_rawDesc = "" +
 	"\attft_ns\x18\x06 \x01(\x03R\x06ttftNs\x12\x1c\n" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\b \x01(\tR\terrorCode2\x86\x01\n" +
+	"error_code\x18\b \x01(\tR\terrorCode2\xc2\x01\n" +
 	"\x04Mesh\x12?\n" +
 	"\aForward\x12\x19.llmesh.v1.ForwardRequest\x1a\x17.llmesh.v1.ForwardReply0\x01\x12=\n" +
-	"\aObserve\x12\x19.llmesh.v1.ObserveRequest\x1a\x17.llmesh.v1.ObserveReplyB&Z$github.com/llmesh/llmesh/proto;protob\x06proto3"
+	"\aObserve\x12\x19.llmesh.v1.ObserveRequest\x1a\x17.llmesh.v1.ObserveReply\x12:\n" +
+	"\x06Stored\x12\x18.llmesh.v1.StoredRequest\x1a\x16.llmesh.v1.StoredReplyB&Z$github.com/llmesh/llmesh/proto;protob\x06proto3"
 
 var (
 	file_mesh_proto_rawDescOnce sync.Once
@@ -576,26 +714,30 @@ func file_mesh_proto_rawDescGZIP() []byte {
 	return file_mesh_proto_rawDescData
 }
 
-var file_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_mesh_proto_goTypes = []any{
-	(*ObserveRequest)(nil), // 0: llmesh.v1.ObserveRequest
-	(*ObserveReply)(nil),   // 1: llmesh.v1.ObserveReply
-	(*ForwardRequest)(nil), // 2: llmesh.v1.ForwardRequest
-	(*ForwardReply)(nil),   // 3: llmesh.v1.ForwardReply
-	(*Head)(nil),           // 4: llmesh.v1.Head
-	(*Trailer)(nil),        // 5: llmesh.v1.Trailer
-	nil,                    // 6: llmesh.v1.Head.HeadersEntry
+	(*StoredRequest)(nil),  // 0: llmesh.v1.StoredRequest
+	(*StoredReply)(nil),    // 1: llmesh.v1.StoredReply
+	(*ObserveRequest)(nil), // 2: llmesh.v1.ObserveRequest
+	(*ObserveReply)(nil),   // 3: llmesh.v1.ObserveReply
+	(*ForwardRequest)(nil), // 4: llmesh.v1.ForwardRequest
+	(*ForwardReply)(nil),   // 5: llmesh.v1.ForwardReply
+	(*Head)(nil),           // 6: llmesh.v1.Head
+	(*Trailer)(nil),        // 7: llmesh.v1.Trailer
+	nil,                    // 8: llmesh.v1.Head.HeadersEntry
 }
 var file_mesh_proto_depIdxs = []int32{
-	4, // 0: llmesh.v1.ForwardReply.head:type_name -> llmesh.v1.Head
-	5, // 1: llmesh.v1.ForwardReply.trailer:type_name -> llmesh.v1.Trailer
-	6, // 2: llmesh.v1.Head.headers:type_name -> llmesh.v1.Head.HeadersEntry
-	2, // 3: llmesh.v1.Mesh.Forward:input_type -> llmesh.v1.ForwardRequest
-	0, // 4: llmesh.v1.Mesh.Observe:input_type -> llmesh.v1.ObserveRequest
-	3, // 5: llmesh.v1.Mesh.Forward:output_type -> llmesh.v1.ForwardReply
-	1, // 6: llmesh.v1.Mesh.Observe:output_type -> llmesh.v1.ObserveReply
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
+	6, // 0: llmesh.v1.ForwardReply.head:type_name -> llmesh.v1.Head
+	7, // 1: llmesh.v1.ForwardReply.trailer:type_name -> llmesh.v1.Trailer
+	8, // 2: llmesh.v1.Head.headers:type_name -> llmesh.v1.Head.HeadersEntry
+	4, // 3: llmesh.v1.Mesh.Forward:input_type -> llmesh.v1.ForwardRequest
+	2, // 4: llmesh.v1.Mesh.Observe:input_type -> llmesh.v1.ObserveRequest
+	0, // 5: llmesh.v1.Mesh.Stored:input_type -> llmesh.v1.StoredRequest
+	5, // 6: llmesh.v1.Mesh.Forward:output_type -> llmesh.v1.ForwardReply
+	3, // 7: llmesh.v1.Mesh.Observe:output_type -> llmesh.v1.ObserveReply
+	1, // 8: llmesh.v1.Mesh.Stored:output_type -> llmesh.v1.StoredReply
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
 	3, // [3:3] is the sub-list for extension type_name
 	3, // [3:3] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
@@ -606,7 +748,7 @@ func file_mesh_proto_init() {
 	if File_mesh_proto != nil {
 		return
 	}
-	file_mesh_proto_msgTypes[3].OneofWrappers = []any{
+	file_mesh_proto_msgTypes[5].OneofWrappers = []any{
 		(*ForwardReply_Head)(nil),
 		(*ForwardReply_Data)(nil),
 		(*ForwardReply_Trailer)(nil),
@@ -617,7 +759,7 @@ func file_mesh_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_proto_rawDesc), len(file_mesh_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Mesh_Forward_FullMethodName = "/llmesh.v1.Mesh/Forward"
 	Mesh_Observe_FullMethodName = "/llmesh.v1.Mesh/Observe"
+	Mesh_Stored_FullMethodName  = "/llmesh.v1.Mesh/Stored"
 )
 
 // MeshClient is the client API for Mesh service.
@@ -45,6 +46,14 @@ type MeshClient interface {
 	// node serving a dashboard gathers every peer's, so that the page
 	// shows the mesh and the browser calls one node only.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveReply, error)
+	// Stored finds a Responses API response this node relayed for a
+	// tenant, and acts on it: op "lookup" returns what the node recorded of
+	// it (a follow-up entering at another node is then pinned to its
+	// provider, and a bridged one continues its conversation); "get",
+	// "delete" and "cancel" are a client's retrieve, delete and cancel,
+	// answered by this node, which reached the provider before. A node
+	// that holds no such response answers found false.
+	Stored(ctx context.Context, in *StoredRequest, opts ...grpc.CallOption) (*StoredReply, error)
 }
 
 type meshClient struct {
@@ -84,6 +93,16 @@ func (c *meshClient) Observe(ctx context.Context, in *ObserveRequest, opts ...gr
 	return out, nil
 }
 
+func (c *meshClient) Stored(ctx context.Context, in *StoredRequest, opts ...grpc.CallOption) (*StoredReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StoredReply)
+	err := c.cc.Invoke(ctx, Mesh_Stored_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeshServer is the server API for Mesh service.
 // All implementations must embed UnimplementedMeshServer
 // for forward compatibility.
@@ -102,6 +121,14 @@ type MeshServer interface {
 	// node serving a dashboard gathers every peer's, so that the page
 	// shows the mesh and the browser calls one node only.
 	Observe(context.Context, *ObserveRequest) (*ObserveReply, error)
+	// Stored finds a Responses API response this node relayed for a
+	// tenant, and acts on it: op "lookup" returns what the node recorded of
+	// it (a follow-up entering at another node is then pinned to its
+	// provider, and a bridged one continues its conversation); "get",
+	// "delete" and "cancel" are a client's retrieve, delete and cancel,
+	// answered by this node, which reached the provider before. A node
+	// that holds no such response answers found false.
+	Stored(context.Context, *StoredRequest) (*StoredReply, error)
 	mustEmbedUnimplementedMeshServer()
 }
 
@@ -117,6 +144,9 @@ func (UnimplementedMeshServer) Forward(*ForwardRequest, grpc.ServerStreamingServ
 }
 func (UnimplementedMeshServer) Observe(context.Context, *ObserveRequest) (*ObserveReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedMeshServer) Stored(context.Context, *StoredRequest) (*StoredReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stored not implemented")
 }
 func (UnimplementedMeshServer) mustEmbedUnimplementedMeshServer() {}
 func (UnimplementedMeshServer) testEmbeddedByValue()              {}
@@ -168,6 +198,24 @@ func _Mesh_Observe_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mesh_Stored_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StoredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeshServer).Stored(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mesh_Stored_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeshServer).Stored(ctx, req.(*StoredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mesh_ServiceDesc is the grpc.ServiceDesc for Mesh service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -178,6 +226,10 @@ var Mesh_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Observe",
 			Handler:    _Mesh_Observe_Handler,
+		},
+		{
+			MethodName: "Stored",
+			Handler:    _Mesh_Stored_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

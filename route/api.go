@@ -17,6 +17,10 @@ const (
 	// chat completion at the node the client called: the mesh serves it
 	// as chat, and labels it messages.
 	APIMessages
+	// APIResponses is OpenAI's POST /v1/responses: passed through to a
+	// provider that serves it (KindOpenAI, KindAzure), bridged to chat
+	// completions for one that does not (route/responses).
+	APIResponses
 )
 
 // String is the API's name in metrics, decisions and the audit trail.
@@ -28,6 +32,8 @@ func (a API) String() string {
 		return "completions"
 	case APIMessages:
 		return "messages"
+	case APIResponses:
+		return "responses"
 	}
 	return "chat"
 }
@@ -43,14 +49,16 @@ func ParseAPI(s string) (API, bool) {
 		return APICompletions, true
 	case "messages":
 		return APIMessages, true
+	case "responses":
+		return APIResponses, true
 	}
 	return 0, false
 }
 
 // served is what a model must serve to take a request of the API: a
-// chat model takes legacy completions too.
+// chat model takes legacy completions, Messages and Responses too.
 func (a API) served() API {
-	if a == APICompletions || a == APIMessages {
+	if a == APICompletions || a == APIMessages || a == APIResponses {
 		return APIChat
 	}
 	return a
@@ -64,6 +72,8 @@ func (a API) path() string {
 		return "/embeddings"
 	case APICompletions:
 		return "/completions"
+	case APIResponses:
+		return "/responses"
 	}
 	return "/chat/completions"
 }
@@ -75,6 +85,8 @@ func (a API) Parse(body []byte) (*ChatRequest, error) {
 		return ParseEmbeddingsRequest(body)
 	case APICompletions:
 		return ParseCompletionsRequest(body)
+	case APIResponses:
+		return ParseResponsesRequest(body)
 	case APIMessages: // the translated body is a chat completion's
 		r, err := ParseChatRequest(body)
 		if r != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,6 +35,12 @@ func (c *call) attempt() *attemptResult {
 	c.timer = time.AfterFunc(phase, func() { c.timedOut.Store(true); cancel() })
 	defer c.timer.Stop()
 	hreq, err := c.upstreamRequest(actx)
+	if ie := (*InvalidRequestError)(nil); errors.As(err, &ie) {
+		// The bridge cannot carry the request (a hosted tool to a vLLM):
+		// the client's to change, as a provider's 400 would be.
+		a.final = err
+		return c.fail(OutcomeRefused, "%v", err)
+	}
 	if err != nil {
 		return c.fail(OutcomeConnect, "build request: %v", err)
 	}
@@ -41,9 +48,12 @@ func (c *call) attempt() *attemptResult {
 	if err != nil {
 		return c.readErr(err, "request")
 	}
-	defer resp.Body.Close()
+	defer func() { resp.Body.Close() }() // a bridge wraps it
 	if t.Offer.Provider.Kind == KindAnthropic {
 		c.fromMessages(resp)
+	}
+	if c.bridge != nil {
+		c.fromChat(resp)
 	}
 	a.Status = resp.StatusCode
 	e.noteRateWindow(t.Provider(), resp.Header)
@@ -75,7 +85,14 @@ func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
 	body := req.Chat.UpstreamBody(t.Offer.UpstreamModel())
 	url := urlFor(t.Endpoint(), req.Chat.API)
 	anthropicKind := t.Offer.Provider.Kind == KindAnthropic
-	if anthropicKind {
+	c.bridge = nil
+	if req.Chat.API == APIResponses {
+		var err error
+		if body, url, err = c.responsesBody(); err != nil {
+			return nil, err
+		}
+		anthropicKind = anthropicKind && c.bridge != nil
+	} else if anthropicKind {
 		b, err := anthropic.FromChatRequest(body, t.Offer.Model.MaxOutputTokens)
 		if err != nil {
 			return nil, err
@@ -187,12 +204,16 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 		Choices []struct{} `json:"choices"`
 		Data    []struct{} `json:"data"` // an embeddings list's
 		Usage   *Usage     `json:"usage"`
+		ID      string     `json:"id"`
+		Object  string     `json:"object"` // a Response's
 	}
 	err := json.Unmarshal(buf.Bytes(), &doc)
-	switch {
-	case req.Chat.API == APIEmbeddings && (err != nil || len(doc.Data) == 0):
+	switch api := req.Chat.API; {
+	case api == APIEmbeddings && (err != nil || len(doc.Data) == 0):
 		return c.fail(OutcomeBadResponse, "answer is not a list of embeddings")
-	case req.Chat.API != APIEmbeddings && (err != nil || len(doc.Choices) == 0):
+	case api == APIResponses && (err != nil || doc.Object != "response"):
+		return c.fail(OutcomeBadResponse, "answer is not a Response")
+	case api != APIEmbeddings && api != APIResponses && (err != nil || len(doc.Choices) == 0):
 		return c.fail(OutcomeBadResponse, "answer is not a completion")
 	}
 	if doc.Usage != nil {
@@ -209,6 +230,12 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	named.Grow(len(answer) + len(t.answerModel()) + 2)
 	if b, ok := withModel(named.AvailableBuffer(), answer, t.answerModel()); ok {
 		answer = b
+	}
+	if req.Chat.API == APIResponses {
+		if c.bridge != nil {
+			c.bridge.response = bytes.Clone(answer)
+		}
+		a.stored = c.stored(doc.ID, a.usage)
 	}
 	h := sink.Header()
 	setRouteHeaders(h, t, e.cfg.NodeName, c.res.Route())

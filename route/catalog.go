@@ -26,7 +26,28 @@ const (
 	// to Messages and the answers back (route/anthropic); it serves no
 	// embeddings and no legacy completions.
 	KindAnthropic Kind = "anthropic"
+	// KindVLLM, KindSGLang and KindTGI are self-hosted engines speaking
+	// OpenAI's chat completions, completions and embeddings as KindOpenAI
+	// does, without the Responses API: Responses requests are bridged to
+	// chat completions (route/responses).
+	KindVLLM   Kind = "vllm"
+	KindSGLang Kind = "sglang"
+	KindTGI    Kind = "tgi"
 )
+
+// Kinds are the provider kinds a node knows, in the order docs list them.
+var Kinds = []Kind{KindOpenAI, KindAzure, KindAnthropic, KindVLLM, KindSGLang, KindTGI}
+
+// openAIShaped reports whether k is called as OpenAI's API is: the same
+// paths below {base}/v1 and a bearer key.
+func (k Kind) openAIShaped() bool {
+	return k == KindOpenAI || k == KindVLLM || k == KindSGLang || k == KindTGI
+}
+
+// ServesResponses reports whether a provider of kind k serves OpenAI's
+// Responses API itself; to the others a Responses request is bridged to
+// chat completions, and the node keeps what a follow-up continues.
+func (k Kind) ServesResponses() bool { return k == KindOpenAI || k == KindAzure }
 
 // Reach says which nodes can call a provider.
 type Reach string
@@ -253,15 +274,15 @@ func endpoint(p *Provider, m *Model, base string) (string, error) {
 		return "", fmt.Errorf("base URL %q is not an absolute http(s) URL", base)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	switch p.Kind {
-	case KindOpenAI:
+	switch {
+	case p.Kind.openAIShaped():
 		if !strings.HasSuffix(u.Path, "/v1") {
 			u.Path += "/v1"
 		}
 		u.Path += "/chat/completions"
-	case KindAnthropic:
+	case p.Kind == KindAnthropic:
 		u.Path = strings.TrimSuffix(u.Path, "/v1") + "/v1/messages"
-	case KindAzure:
+	case p.Kind == KindAzure:
 		if m.Deployment == "" {
 			return "", fmt.Errorf("model %q has no deployment", m.Name)
 		}

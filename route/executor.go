@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -71,6 +72,22 @@ type Usage struct {
 	CompletionTokens int `json:"completion_tokens"`
 }
 
+// UnmarshalJSON reads chat's usage (prompt_tokens, completion_tokens) or
+// the Responses API's (input_tokens, output_tokens).
+func (u *Usage) UnmarshalJSON(b []byte) error {
+	var w struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		InputTokens      int `json:"input_tokens"`
+		OutputTokens     int `json:"output_tokens"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*u = Usage{PromptTokens: w.PromptTokens + w.InputTokens, CompletionTokens: w.CompletionTokens + w.OutputTokens}
+	return nil
+}
+
 // Attempt is one try of one target.
 type Attempt struct {
 	Provider string
@@ -102,6 +119,10 @@ type Result struct {
 	// one that node chose), and Replica its replica's name when it has
 	// several.
 	Provider, Replica string
+	// Stored is what this node keeps of a Responses answer it relayed
+	// from the provider; nil for every other answer, and for one through
+	// a via node (which keeps it).
+	Stored *StoredResponse
 
 	// The plan, the target being tried and the failures before it, from
 	// which the X-LLMesh-Route explanation is built at commit.
@@ -249,6 +270,7 @@ type call struct {
 	start    time.Time
 	timer    *time.Timer // the phase's timeout: first byte, whole answer or idle gap
 	timedOut atomic.Bool
+	bridge   *bridge // a Responses request bridged to chat completions
 }
 
 // try admits plan.Targets[i] and, admitted, tries it; done says the
@@ -272,6 +294,7 @@ func (c *call) try(i int) (done bool, err error) {
 	if a.committed {
 		c.res.Usage, c.res.UsageCounted, c.res.Cost = s.Usage, a.counted, s.Cost
 		c.res.Provider = c.t.Provider()
+		c.res.Stored = a.stored
 		if c.tk.ring != nil {
 			c.res.Replica = c.t.ReplicaName()
 			c.tk.Seat(c.req.Session)
@@ -429,6 +452,8 @@ type attemptResult struct {
 	// unavailable is a via node's answer that it had no provider to try
 	// (ErrNoCompliantProvider or ErrNoProvider), rather than a failure.
 	unavailable error
+	// stored is what a Responses answer leaves for a follow-up.
+	stored *StoredResponse
 }
 
 // report is what the attempt's ticket settles.

@@ -247,6 +247,9 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 		}
 	}
 	if compliant == 0 {
+		if pr := req.Chat.Prior; pr != nil && plan.residencySkips() > 0 {
+			return plan, fmt.Errorf("%w: previous response %s is held by %s, outside residency %s", ErrNoCompliantProvider, pr.ID, pr.Provider, req.Residency)
+		}
 		if plan.residencySkips() > 0 {
 			return plan, fmt.Errorf("%w: %q is served only outside residency %s", ErrNoCompliantProvider, req.Chat.Model, req.Residency)
 		}
@@ -269,6 +272,10 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 	}
 	for _, o := range offers {
 		pv := o.Provider
+		if pr := req.Chat.Prior; pr != nil && pv.Name != pr.Provider {
+			plan.skip(pv.Name, "previous_response_id "+pr.ID+" is held by "+pr.Provider, false, 0)
+			continue
+		}
 		if !req.Residency.Allows(pv.Jurisdictions) {
 			plan.skip(pv.Name, "residency "+req.Residency.String()+" not in "+pv.Jurisdictions.String(), true, 0)
 			continue

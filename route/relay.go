@@ -37,8 +37,10 @@ type relayState struct {
 	finished    int // choices that reported a finish_reason
 	sawUsage    bool
 	sawDone     bool
-	sawErrEvent bool // the provider's own error event was relayed
-	beyond      int  // bytes of the events past what is kept for counting
+	sawErrEvent bool   // the provider's own error event was relayed
+	seq         int    // a Responses stream's events relayed
+	respID      string // the id of the Response a Responses stream carries
+	beyond      int    // bytes of the events past what is kept for counting
 	streamErr   *attemptResult
 }
 
@@ -122,12 +124,20 @@ func (c *call) pump(st *relayState) *attemptResult {
 			st.sawDone = true
 			return nil
 		}
-		isError := bytes.HasPrefix(bytes.TrimLeft(ev.Data, " \t\r\n"), errorEventStart)
+		responsesAPI := c.req.Chat.API == APIResponses
+		isError := !responsesAPI && bytes.HasPrefix(bytes.TrimLeft(ev.Data, " \t\r\n"), errorEventStart) ||
+			responsesAPI && !a.committed && eventType(ev.Data) == evError
 		if isError && !a.committed {
 			return c.fail(OutcomeHTTPError, "error event before the first token: %.256s", ev.Data)
 		}
 		if !a.committed {
 			c.commitStream()
+		}
+		if responsesAPI {
+			if !c.relayResponseEvent(st, ev.Data) {
+				return nil
+			}
+			continue
 		}
 		if !c.relayEvent(st, ev.Data, isError) {
 			return nil
@@ -159,15 +169,7 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 	}
 	st.finished += countFinishes(data)
 	if !st.sawUsage {
-		// The kept events are the first ones (the first always, however
-		// large), so that the rest continue them.
-		if st.beyond == 0 && (len(st.kept) == 0 || len(st.kept)+len(data) < maxCountedStream) {
-			// NUL ends an event: valid JSON holds it nowhere, while an
-			// event of several data lines holds newlines.
-			st.kept = append(append(st.kept, data...), 0)
-		} else {
-			st.beyond += len(data) + 1
-		}
+		st.keep(data)
 	}
 	if !skip {
 		out := data
@@ -193,6 +195,18 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 	return true
 }
 
+// keep keeps an event for counting a stream's tokens: the first ones
+// (the first always, however large), so that the rest continue them.
+func (st *relayState) keep(data []byte) {
+	if st.beyond == 0 && (len(st.kept) == 0 || len(st.kept)+len(data) < maxCountedStream) {
+		// NUL ends an event: valid JSON holds it nowhere, while an event
+		// of several data lines holds newlines.
+		st.kept = append(append(st.kept, data...), 0)
+	} else {
+		st.beyond += len(data) + 1
+	}
+}
+
 // write writes b to the client; false means the client is gone.
 func (c *call) write(b []byte) bool {
 	if _, err := c.sink.Write(b); err != nil {
@@ -212,6 +226,15 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 		return st.streamErr
 	case !a.committed:
 		return c.fail(OutcomeBadResponse, "stream ended before its first event")
+	case complete && c.req.Chat.API == APIResponses:
+		// The terminal event, relayed, ends a Responses stream.
+		a.Outcome = OutcomeOK
+		a.stored = c.stored(st.respID, a.usage)
+		if err := c.sink.Flush(); err != nil {
+			c.fail(OutcomeCanceled, "client flush: %v", err)
+		}
+		drainAfterDone(resp, c.timer, st.out[:cap(st.out)])
+		return a
 	case complete:
 		a.Outcome = OutcomeOK
 		if c.write(doneEvent) {
@@ -240,6 +263,9 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 	}
 	msg, _ := json.Marshal("the provider's stream broke off: " + streamErr.Detail)
 	st.out = append(append(append(st.out[:0], `data: {"error":{"message":`...), msg...), `,"type":"upstream_error","code":"upstream_error"}}`+"\n\n"...)
+	if c.req.Chat.API == APIResponses {
+		st.out = st.responsesStreamError(streamErr.Detail)
+	}
 	if c.write(st.out) {
 		_ = c.sink.Flush()
 	}
@@ -419,6 +445,7 @@ func (e *Executor) countStream(req *Request, kept []byte, beyond int) Usage {
 	var text strings.Builder
 	for line := range bytes.SplitSeq(kept, []byte{0}) {
 		var c struct {
+			Delta   string `json:"delta"` // a Responses event's text or arguments
 			Choices []struct {
 				Text  string `json:"text"` // a legacy completion's
 				Delta struct {
@@ -430,6 +457,7 @@ func (e *Executor) countStream(req *Request, kept []byte, beyond int) Usage {
 		if json.Unmarshal(line, &c) != nil {
 			continue
 		}
+		text.WriteString(c.Delta)
 		for _, ch := range c.Choices {
 			text.WriteString(ch.Text)
 			text.WriteString(ch.Delta.Content)

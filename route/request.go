@@ -31,6 +31,13 @@ type ChatRequest struct {
 	// User is the body's user field, the session key when no
 	// X-LLMesh-Session header is given.
 	User string
+	// PreviousResponseID is a Responses request's previous_response_id
+	// ("" when none), and Store its store (true unless false was given).
+	// Prior is what the node recorded of that response, set before the
+	// request is planned: a follow-up is pinned to its provider.
+	PreviousResponseID string
+	Store              bool
+	Prior              *Prior
 
 	textBytes int // bytes of text in messages (content, names, tool calls) or inputs
 	images    int // image parts, each priced at tokensPerImage at most
@@ -329,7 +336,7 @@ func (r *ChatRequest) Body() []byte { return r.raw }
 // so that every stream can be accounted. Every other byte is the client's.
 // When nothing needs to change, the client's body itself is returned.
 func (r *ChatRequest) UpstreamBody(model string) []byte {
-	return r.rewrite(model, r.Stream && !r.IncludeUsage)
+	return r.rewrite(model, r.Stream && !r.IncludeUsage && r.API != APIResponses)
 }
 
 // WithModel returns the client's body with model set to model (the body

@@ -106,10 +106,10 @@ func (t Tokenizer) CountMessages(msgs []Message) int {
 // CountPrompt returns the prompt tokens of r as the provider counts them:
 // a chat's messages with their framing, an embeddings request's inputs.
 func (t Tokenizer) CountPrompt(r *ChatRequest) int {
-	if r.API != APIEmbeddings && r.API != APICompletions {
+	if !r.API.inputs() {
 		return t.CountMessages(r.Messages)
 	}
-	n := r.inputTokens
+	n := r.inputTokens + r.priorTokens()
 	for _, s := range r.inputs {
 		n += t.Count(s)
 	}
@@ -125,8 +125,11 @@ func (t Tokenizer) CountPrompt(r *ChatRequest) int {
 // images, which the body may only link to, are bounded by tokensPerImage.
 func (r *ChatRequest) PromptEstimate() (expected, upper int) {
 	framing := tokensReplyPrime + len(r.Messages)*(tokensPerMessage+tokensPerName)
-	if r.API == APIEmbeddings || r.API == APICompletions {
-		framing = r.inputTokens // given as ids: exact; the ids' digits bound them in raw too
+	if r.API.inputs() {
+		// Token ids given as numbers (exact; their digits bound them in
+		// raw too), a Responses item's framing, the context a follow-up
+		// continues.
+		framing = r.inputTokens + r.priorTokens()
 	}
 	raw := len(r.raw)
 	if r.raw == nil {
@@ -136,4 +139,16 @@ func (r *ChatRequest) PromptEstimate() (expected, upper int) {
 	expected = framing + (r.textBytes+3)/4 + extra/16 + r.images*tokensPerImage/2
 	upper = framing + raw + r.images*tokensPerImage
 	return expected, upper
+}
+
+// inputs reports whether the API's prompt is read as inputs (texts and
+// token ids) rather than as chat messages.
+func (a API) inputs() bool { return a == APIEmbeddings || a == APICompletions || a == APIResponses }
+
+// priorTokens is the context a Responses follow-up continues.
+func (r *ChatRequest) priorTokens() int {
+	if r.Prior == nil {
+		return 0
+	}
+	return r.Prior.Tokens
 }

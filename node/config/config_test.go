@@ -110,7 +110,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"no name", "name: eu-1", "name: ''", "node.name: is required"},
 		{"unknown region", "region: eu-west\n  data_dir", "region: mars\n  data_dir", `node.region: "mars" is not one of regions[].name`},
 		{"bad http", "http: 127.0.0.1:0", "http: localhost", `node.http: "localhost" is not a host:port`},
-		{"kind", "kind: azure", "kind: bedrock", `providers[1].kind: "bedrock" must be openai, azure or anthropic`},
+		{"kind", "kind: azure", "kind: bedrock", `providers[1].kind: "bedrock" must be openai, azure, anthropic, vllm, sglang or tgi`},
 		{"reach", "reach: region", "reach: galaxy", `providers[0].reach: "galaxy"`},
 		{"base url", "base_url: https://example.openai.azure.com", "base_url: example.com", `providers[1].base_url: "example.com" is not an absolute http(s) URL`},
 		{"url with key", "base_url: https://example.openai.azure.com", "base_url: https://user:pw@example.com", "providers[1].base_url: credentials belong in api_key_env"},

@@ -75,7 +75,7 @@ func devProviders() []ProviderSection {
 		{Name: "openai-us", Kind: "openai", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, Models: gpt},
 		{Name: "azure-eu", Kind: "azure", Region: "eu-west", Reach: "global", Jurisdictions: []string{"eu"},
 			APIVersion: "2024-10-21", Models: azure, Priority: 1},
-		{Name: "gpu-eu", Kind: "openai", Region: "eu-west", Reach: "region", Jurisdictions: []string{"eu"}, Models: llama(0.05, 0.10)},
+		{Name: "gpu-eu", Kind: "vllm", Region: "eu-west", Reach: "region", Jurisdictions: []string{"eu"}, Models: llama(0.05, 0.10)},
 		{Name: "together-us", Kind: "openai", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, Models: llama(0.10, 0.20)},
 	}
 }
@@ -100,7 +100,7 @@ func DemoConfig(name, region string) *File {
 	}
 	llama := ModelSection{Name: "llama-3-8b", Upstream: "meta-llama/Meta-Llama-3-8B-Instruct", InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.10}
 	c.Providers = []ProviderSection{
-		{Name: "gpu-eu", Kind: "openai", Region: "eu-west", Reach: "region", Jurisdictions: []string{"eu"}, Models: []ModelSection{llama}},
+		{Name: "gpu-eu", Kind: "vllm", Region: "eu-west", Reach: "region", Jurisdictions: []string{"eu"}, Models: []ModelSection{llama}},
 		{Name: "azure-eu", Kind: "azure", Region: "eu-west", Reach: "global", Jurisdictions: []string{"eu"},
 			APIVersion: "2024-10-21", Models: mini("gpt-4o-mini")},
 		{Name: "azure-us", Kind: "azure", Region: "us-east", Reach: "global", Jurisdictions: []string{"us"}, Priority: 1,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -32,12 +33,10 @@ func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env
 		BaseURL: ps.BaseURL, Replicas: ps.Replicas, APIVersion: ps.APIVersion, Priority: ps.Priority,
 		RPM: ps.Limits.RPM, TPM: ps.Limits.TPM,
 	}
-	switch rp.Kind {
-	case "":
+	if rp.Kind == "" {
 		rp.Kind = route.KindOpenAI
-	case route.KindOpenAI, route.KindAzure, route.KindAnthropic:
-	default:
-		p.bad(f+".kind", "%q must be openai, azure or anthropic", ps.Kind)
+	} else if !slices.Contains(route.Kinds, rp.Kind) {
+		p.bad(f+".kind", "%q must be openai, azure, anthropic, vllm, sglang or tgi", ps.Kind)
 	}
 	switch rp.Reach {
 	case "":

@@ -38,7 +38,7 @@ func TestResolveProviders(t *testing.T) {
 			"providers[0].name: is required", `providers[2].name: "gpu-eu" is used by another provider`,
 			`providers[3].name: "a/b" must be 1-64 letters, digits, '.', '_' or '-'`}, "\n")},
 		{name: "kind and reach", edit: with(edited(openai(), func(p *ProviderSection) { p.Kind, p.Reach = "bedrock", "galaxy" })),
-			err: "providers[0].kind: \"bedrock\" must be openai, azure or anthropic\nproviders[0].reach: \"galaxy\" must be global or region"},
+			err: "providers[0].kind: \"bedrock\" must be openai, azure, anthropic, vllm, sglang or tgi\nproviders[0].reach: \"galaxy\" must be global or region"},
 		{name: "region", edit: with(edited(openai(), func(p *ProviderSection) { p.Region = "" }), edited(openai(), func(p *ProviderSection) {
 			p.Name, p.Region, p.Jurisdictions = "b", "mars", []string{"EU!"}
 		})), err: strings.Join([]string{"providers[0].region: is required", `providers[1].region: "mars" is not one of regions[].name`,

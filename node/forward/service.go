@@ -48,14 +48,16 @@ type Service struct {
 	pb.UnimplementedMeshServer
 	serve   ServeFunc
 	observe ObserveFunc
+	stored  StoredFunc
 	// received counts the forwards that reached this node.
 	received prometheus.Counter
 }
 
 // NewService returns the Mesh service serving forwards with serve
-// (received counts them) and observations with observe.
-func NewService(serve ServeFunc, observe ObserveFunc, received prometheus.Counter) *Service {
-	return &Service{serve: serve, observe: observe, received: received}
+// (received counts them), observations with observe and stored
+// responses with stored.
+func NewService(serve ServeFunc, observe ObserveFunc, stored StoredFunc, received prometheus.Counter) *Service {
+	return &Service{serve: serve, observe: observe, stored: stored, received: received}
 }
 
 // Forward implements pb.MeshServer.

@@ -79,6 +79,10 @@ func classify(path string) (endpoint, string) {
 			return epResponse, rest
 		}
 	}
+	if rest, ok := strings.CutPrefix(path, "/openai/v1/responses"); ok {
+		// Azure's v1 Responses API, which names the deployment in model.
+		return classify("/v1/responses" + rest)
+	}
 	if rest, ok := strings.CutPrefix(path, "/openai/deployments/"); ok {
 		for _, a := range azureSuffixes {
 			if dep, ok := strings.CutSuffix(rest, a.suffix); ok && validParam(dep) {
@@ -312,7 +316,7 @@ func (x *exchange) authorized() bool {
 	bearer, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 	got := bearer
 	switch {
-	case x.ep.azure():
+	case x.ep.azure(), strings.HasPrefix(x.r.URL.Path, "/openai/"):
 		got = h.Get("api-key")
 	case x.ep.anthropic() && h.Get("x-api-key") != "":
 		got = h.Get("x-api-key")

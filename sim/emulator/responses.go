@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/route"
@@ -63,6 +64,9 @@ func (x *exchange) responses(body []byte) {
 	if aerr := decodeBody(body, &req); aerr != nil {
 		x.fail(aerr)
 		return
+	}
+	if strings.HasPrefix(x.r.URL.Path, "/openai/") {
+		req.Model = x.cfg.deploymentModel(req.Model) // Azure's v1 API names the deployment
 	}
 	a, aerr := x.readResponses(&req)
 	if aerr != nil {

@@ -136,6 +136,7 @@ func (d *Demo) startEmulators() (map[string][]string, error) {
 			}
 			c := emulator.DefaultConfig()
 			c.Latency, c.TTFT, c.TPS, c.Models = 3*time.Millisecond, 60*time.Millisecond, p.tps, p.models
+			c.NoResponses = p.name == "gpu-eu" // a vLLM cluster's
 			e, err := startEmulator(name, c)
 			if err != nil {
 				return nil, err

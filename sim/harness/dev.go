@@ -16,6 +16,7 @@ import (
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/route"
 	"github.com/llmesh/llmesh/sim/emulator"
 )
 
@@ -63,7 +64,9 @@ func StartDevKey(httpAddr, key string) (*Dev, error) {
 	cfg.Tenants[0].KeySHA256 = []string{hex.EncodeToString(sum[:])}
 	for i := range cfg.Providers {
 		p := &cfg.Providers[i]
-		e, err := startEmulator(p.Name, devEmulator(p.Models))
+		ec := devEmulator(p.Models)
+		ec.NoResponses = !route.Kind(p.Kind).ServesResponses() // what the kind stands for
+		e, err := startEmulator(p.Name, ec)
 		if err != nil {
 			return nil, err
 		}
