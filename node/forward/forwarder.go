@@ -14,12 +14,14 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +158,32 @@ type hopCall struct {
 	stream   bool // the client asked for a stream
 	timer    *time.Timer
 	timedOut atomic.Bool
+	// delivered means the client has the whole answer (a stream's final
+	// event, or a whole answer's Content-Length bytes): a client that
+	// goes away after it does not cancel the trailer, which carries the
+	// cost, for trailerGrace.
+	delivered atomic.Bool
+	length    int64 // a whole answer's Content-Length; 0 when not given
+	written   int64
+}
+
+// trailerGrace is how long the far node's trailer is waited for after
+// the client, holding the whole answer, went away.
+const trailerGrace = time.Second
+
+// note records that data reached the client, and whether with it the
+// whole answer has.
+func (c *hopCall) note(data []byte) {
+	c.written += int64(len(data))
+	switch {
+	case !c.stream:
+		if c.length > 0 && c.written >= c.length {
+			c.delivered.Store(true)
+		}
+	case bytes.Contains(data, []byte("data: [DONE]")), bytes.Contains(data, []byte("event: response.completed\n")),
+		bytes.Contains(data, []byte("event: response.incomplete\n")):
+		c.delivered.Store(true)
+	}
 }
 
 // fail is the hop's own failure err, as the executor takes it.
@@ -179,9 +207,18 @@ func (f *Forwarder) Hop(ctx context.Context, h Hop, sink route.ResponseSink) rou
 		return route.Forwarded{Err: err}
 	}
 	f.cfg.Sent.Inc()
-	cctx, cancel := context.WithCancel(ctx)
+	// The call ends with the client's context, unless the client already
+	// has the whole answer: then the trailer still comes, for a while.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel() // ends the call, and the far node's upstream call with it
 	c := &hopCall{Hop: h, stream: h.Req.Chat.Stream}
+	defer context.AfterFunc(ctx, func() {
+		if c.delivered.Load() {
+			time.AfterFunc(trailerGrace, cancel)
+			return
+		}
+		cancel()
+	})()
 	c.timer = time.AfterFunc(f.headWait(c)+hopSlack, func() { c.timedOut.Store(true); cancel() })
 	defer c.timer.Stop()
 	if tp := h.Req.TraceParent; tp != "" {
@@ -205,6 +242,7 @@ func (f *Forwarder) Hop(ctx context.Context, h Hop, sink route.ResponseSink) rou
 	if head.Status != http.StatusOK {
 		return refusal(st, head)
 	}
+	c.length, _ = strconv.ParseInt(head.Headers["Content-Length"], 10, 64)
 	hdr := sink.Header()
 	for k, v := range head.Headers {
 		if k != "X-Llmesh-Route" {
@@ -248,7 +286,10 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 	for {
 		msg, err := st.Recv()
 		if err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case c.delivered.Load():
+				return out // the client has it all; the cost is the far node's to count
+			case ctx.Err() != nil:
 				out.ClientGone = true
 				return out
 			}
@@ -269,12 +310,13 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 					return out
 				}
 			}
+			c.note(p.Data)
 		case *pb.ForwardReply_Trailer:
 			tr := p.Trailer
 			out.Provider, out.Cost, out.TTFT, out.Truncated = tr.Provider, tr.CostUsd, time.Duration(tr.TtftNs), tr.Truncated
 			out.Usage = route.Usage{PromptTokens: int(tr.PromptTokens), CompletionTokens: int(tr.CompletionTokens)}
 			out.UsageCounted = tr.UsageCounted
-			if err := sink.Flush(); err != nil {
+			if err := sink.Flush(); err != nil && !c.delivered.Load() {
 				out.ClientGone = true
 			}
 			return out
@@ -291,7 +333,11 @@ func broke(c *hopCall, err error, sink route.ResponseSink, out route.Forwarded) 
 	}
 	if c.stream {
 		msg, _ := json.Marshal(fmt.Sprintf("the answer broke off: node %s stopped answering", c.Peer))
-		_, _ = sink.Write([]byte(`data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"))
+		ev := `data: {"error":{"message":` + string(msg) + `,"type":"upstream_error","code":"upstream_error"}}` + "\n\n"
+		if c.Req.Chat.API == route.APIResponses { // the Responses API's own error event
+			ev = `event: error` + "\n" + `data: {"type":"error","code":"upstream_error","message":` + string(msg) + `,"param":null,"sequence_number":0}` + "\n\n"
+		}
+		_, _ = sink.Write([]byte(ev))
 		_ = sink.Flush()
 	}
 	return out

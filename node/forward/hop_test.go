@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,7 +45,7 @@ func startPeer(t *testing.T, serve ServeFunc) *peer {
 		p.got, p.meta = append(p.got, in), append(p.meta, meta)
 		p.mu.Unlock()
 		return serve(ctx, in, meta, sink)
-	}, nil, p.received))
+	}, nil, nil, p.received))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return p
@@ -298,6 +299,39 @@ func TestHopClientGoneCancelsFarNode(t *testing.T) {
 	case <-farDone:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the far node's call was not cancelled")
+	}
+}
+
+// A client that goes away once it has the whole answer (a stream's
+// [DONE], a whole answer's Content-Length bytes: SDKs close then) has
+// been served: the far node's trailer, which comes just after, is still
+// read, with the cost it reports.
+func TestHopClientGoneAfterTheWholeAnswer(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		body := `{"id":"x","choices":[{}]}`
+		if stream {
+			body = "data: {}\n\ndata: [DONE]\n\n"
+		}
+		gone := make(chan struct{})
+		p := startPeer(t, func(ctx context.Context, _ *pb.ForwardRequest, _ Meta, sink *Sink) Answer {
+			sink.Header()["Content-Length"] = []string{strconv.Itoa(len(body))}
+			sink.WriteHeader(http.StatusOK)
+			_, _ = sink.Write([]byte(body))
+			_ = sink.Flush()
+			<-gone // the client has gone before the trailer is sent
+			return Answer{Result: &route.Result{Provider: "gpu-eu", Cost: 0.25}}
+		})
+		f, _ := newTestForwarder(t, &fakeMesh{})
+		ctx, cancel := context.WithCancel(context.Background())
+		sink := newRecSink()
+		sink.onWrite = func() {
+			cancel()
+			close(gone)
+		}
+		fw := f.Hop(ctx, Hop{Addr: p.addr, Peer: "far", Req: chatRequest(t, stream), In: &pb.ForwardRequest{}}, sink)
+		if !fw.Committed || fw.ClientGone || fw.Cost != 0.25 || sink.body.String() != body {
+			t.Fatalf("stream %v: forwarded %+v, the client got %q", stream, fw, sink.body.String())
+		}
 	}
 }
 
