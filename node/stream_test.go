@@ -3,6 +3,7 @@ package node_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,6 +49,45 @@ func TestStreamIsRelayedIncrementally(t *testing.T) {
 	}
 	if total < 2*time.Second || total-first < 1500*time.Millisecond {
 		t.Fatalf("stream took %v with the first chunk at %v: it was buffered", total, first)
+	}
+}
+
+// Azure's first chunk, its prompt_filter_results with no choices and
+// "object":"", is no chunk of OpenAI's API: the client gets every other
+// chunk, each a chat.completion.chunk, and no chunk without choices but
+// the usage it asked for.
+func TestAzurePromptFilterChunkIsKeptBack(t *testing.T) {
+	f := startNode(t, []upstream{{name: "azure", kind: "azure", in: 1, out: 1}}, nil)
+	for _, usage := range []bool{false, true} {
+		resp := f.post(fmt.Sprintf(`{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":%v},"max_tokens":3,"messages":[{"role":"user","content":"go"}]}`, usage))
+		out := readAll(t, resp.Body)
+		chunks, usages := 0, 0
+		for _, line := range strings.Split(out, "\n") {
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok || data == "[DONE]" {
+				continue
+			}
+			var c struct {
+				Object  string
+				Choices []json.RawMessage
+				Usage   *struct {
+					TotalTokens int `json:"total_tokens"`
+				}
+			}
+			if err := json.Unmarshal([]byte(data), &c); err != nil {
+				t.Fatalf("%s: %v", data, err)
+			}
+			chunks++
+			if c.Object != "chat.completion.chunk" || len(c.Choices) == 0 && c.Usage == nil {
+				t.Errorf("include_usage %v: the client got %s", usage, data)
+			}
+			if c.Usage != nil {
+				usages++
+			}
+		}
+		if want := map[bool]int{false: 0, true: 1}[usage]; resp.StatusCode != 200 || chunks < 4 || usages != want {
+			t.Errorf("include_usage %v: %d, %d chunks, %d with usage (want %d): %s", usage, resp.StatusCode, chunks, usages, want, out)
+		}
 	}
 }
 

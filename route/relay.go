@@ -166,6 +166,11 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 		c.a.usage, st.sawUsage = u, true
 		// Asked for by the node, not the client: keep it back.
 		skip = !c.req.Chat.IncludeUsage && isUsageOnly(data)
+	} else if !isError && emptyChoices(data) {
+		// No choices and no usage, as Azure's first chunk (its
+		// prompt_filter_results, with "object":"" and "id":""): no chunk
+		// of OpenAI's API, whose clients may refuse it. Keep it back.
+		skip = true
 	}
 	st.finished += countFinishes(data)
 	if !st.sawUsage {
@@ -334,6 +339,16 @@ func isUsageOnly(data []byte) bool {
 		return true
 	}
 	return data[v] == '[' && skipSpace(data, v+1) < len(data) && data[skipSpace(data, v+1)] == ']'
+}
+
+// emptyChoices reports whether a chunk's choices are an empty array.
+func emptyChoices(data []byte) bool {
+	v, ok := topValue(data, `"choices"`)
+	if !ok || data[v] != '[' {
+		return false
+	}
+	i := skipSpace(data, v+1)
+	return i < len(data) && data[i] == ']'
 }
 
 // topValue returns the index of the value of the top-level member key

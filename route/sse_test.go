@@ -103,6 +103,21 @@ func TestChunkInspection(t *testing.T) {
 	if isUsageOnly([]byte(`{"choices":[{}],"usage":{}}`)) || !isUsageOnly([]byte(`{"choices":null,"usage":{}}`)) || !isUsageOnly([]byte(`{"choices": [ ] ,"usage":{}}`)) {
 		t.Fatal("isUsageOnly")
 	}
+	// Azure's first chunk has no choices; an error event and a chunk with
+	// choices or cut short are not it.
+	for chunk, want := range map[string]bool{
+		`{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[]}`: true,
+		`{"id":"x", "choices" : [ ] }`:                   true,
+		`{"choices":[{"index":0,"delta":{}}]}`:           false,
+		`{"error":{"message":"overloaded"}}`:             false,
+		`{"choices":null}`:                               false,
+		`{"x":"\"choices\":[]","choices":[{"index":0}]}`: false,
+		`{"choices":[`:                                   false,
+	} {
+		if emptyChoices([]byte(chunk)) != want {
+			t.Errorf("emptyChoices(%s) = %v", chunk, !want)
+		}
+	}
 }
 
 func FuzzChunkUsage(f *testing.F) {
@@ -120,6 +135,7 @@ func FuzzChunkUsage(f *testing.F) {
 			t.Fatalf("found %+v, the chunk says %+v", u, *c.Usage)
 		}
 		_ = isUsageOnly(data)
+		_ = emptyChoices(data)
 	})
 }
 
