@@ -7,61 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
-	"github.com/pb33f/libopenapi"
-	validator "github.com/pb33f/libopenapi-validator"
-	"github.com/pb33f/libopenapi-validator/schema_validation"
-	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 )
-
-// specPath is OpenAI's OpenAPI document: $LLMESH_OPENAI_SPEC, else the
-// copy in testdata.
-func specPath() string {
-	if p := os.Getenv("LLMESH_OPENAI_SPEC"); p != "" {
-		return p
-	}
-	return "testdata/openai/openapi.yaml"
-}
-
-type spec struct {
-	v     validator.Validator
-	model *v3.Document
-}
-
-// loadSpec builds the document's validator once.
-var loadSpec = sync.OnceValues(func() (*spec, error) {
-	doc, err := os.ReadFile(specPath())
-	if err != nil {
-		return nil, err
-	}
-	d, err := libopenapi.NewDocument(doc)
-	if err != nil {
-		return nil, err
-	}
-	m, err := d.BuildV3Model()
-	if err != nil {
-		return nil, err
-	}
-	return &spec{v: validator.NewValidatorFromV3Model(&m.Model), model: &m.Model}, nil
-})
-
-func getSpec(t *testing.T) *spec {
-	t.Helper()
-	s, err := loadSpec()
-	if os.IsNotExist(err) {
-		t.Skipf("no OpenAPI document at %s", specPath())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 func startEmulator(t *testing.T) string {
 	t.Helper()
@@ -79,13 +30,19 @@ func startEmulator(t *testing.T) string {
 	return srv.URL
 }
 
-func post(t *testing.T, method, url, body string) (*http.Response, []byte) {
+// send sends body (none if empty) and returns the answer, read whole.
+func send(t *testing.T, method, url, body, key string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -95,11 +52,22 @@ func post(t *testing.T, method, url, body string) (*http.Response, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(b))
 	return resp, b
 }
 
-// TestAnswers validates whole answers against their operation's schema.
+// reqBody is body as a request's, nil for none.
+func reqBody(body string) []byte {
+	if body == "" {
+		return nil
+	}
+	return []byte(body)
+}
+
+// tools is a chat request's tools member: one function, which the
+// emulator calls.
+const tools = `"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}},"required":["x"]}}}]`
+
+// TestAnswers validates whole answers against their operation's response.
 // An embeddings answer in base64 is left out: the document types the
 // embedding as an array only, though the API (and its clients) send a
 // string for encoding_format base64.
@@ -112,55 +80,59 @@ func TestAnswers(t *testing.T) {
 		{"POST", "/v1/responses", `{"model":"gpt-4.1","input":"a","instructions":"b"}`},
 		{"POST", "/v1/responses", `{"model":"gpt-4.1","input":"a","max_output_tokens":16,"tools":[{"type":"function","name":"f","parameters":{"type":"object"},"strict":false}]}`},
 		{"POST", "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"a"}]}`},
+		{"POST", "/v1/chat/completions", `{"model":"gpt-4o","n":2,"max_tokens":4,"messages":[{"role":"system","content":"b"},{"role":"user","content":"a"}]}`},
+		{"POST", "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"a"}],` + tools + `}`},
 		{"GET", "/v1/models", ""},
 		{"GET", "/v1/models/gpt-4o", ""},
 	} {
-		resp, b := post(t, tc.method, url+tc.path, tc.body)
-		req, _ := http.NewRequest(tc.method, "https://api.openai.com"+tc.path, strings.NewReader(tc.body))
-		req.Header.Set("Content-Type", "application/json")
-		if ok, errs := s.v.ValidateHttpResponse(req, resp); !ok {
-			for _, ve := range errs {
-				t.Errorf("%s %s: %s", tc.method, tc.path, ve.Message)
-				for _, f := range ve.SchemaValidationErrors {
-					t.Errorf("  %s: %s", f.FieldPath, f.Reason)
-				}
-			}
-			t.Logf("answer %s", b)
-		}
+		what := tc.method + " " + tc.path
+		report(t, "the test's own "+what, s.checkRequest(tc.method, tc.path, reqBody(tc.body)), []byte(tc.body))
+		resp, b := send(t, tc.method, url+tc.path, tc.body, "")
+		report(t, what+" answered", s.checkAnswer(tc.method, tc.path, reqBody(tc.body), resp, b), b)
 	}
 }
 
-// TestResponseStreamEvents validates every event of a Responses stream,
-// text and function call, against ResponseStreamEvent.
-func TestResponseStreamEvents(t *testing.T) {
+// events are the data of the server-sent events in b, without the
+// closing data: [DONE].
+func events(b []byte) []string {
+	var data []string
+	for sc := bufio.NewScanner(bytes.NewReader(b)); sc.Scan(); {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok && d != "[DONE]" {
+			data = append(data, d)
+		}
+	}
+	return data
+}
+
+// emulatorStreams are the streams TestStreamEvents reads, with the schema
+// of each of their events and the fewest events each must have.
+var emulatorStreams = []struct {
+	path, body, schema string
+	min                int
+}{
+	{"/v1/responses", `{"model":"gpt-4.1","input":"a","stream":true}`, "ResponseStreamEvent", 6},
+	{"/v1/responses", `{"model":"gpt-4.1","input":"a","stream":true,"tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}},"required":["x"]},"strict":true}]}`, "ResponseStreamEvent", 6},
+	{"/v1/chat/completions", `{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_tokens":6,"messages":[{"role":"user","content":"a"}]}`, "CreateChatCompletionStreamResponse", 8},
+	{"/v1/chat/completions", `{"model":"gpt-4o","stream":true,"n":2,"max_tokens":3,"messages":[{"role":"user","content":"a"}]}`, "CreateChatCompletionStreamResponse", 8},
+	{"/v1/chat/completions", `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"a"}],` + tools + `}`, "CreateChatCompletionStreamResponse", 3},
+	{"/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"a","stream":true,"stream_options":{"include_usage":true},"max_tokens":4}`, completionChunk, 6},
+}
+
+// TestStreamEvents validates every event of the emulator's streams,
+// Responses, chat and legacy completions, text and tool calls, against
+// the schema of its kind.
+func TestStreamEvents(t *testing.T) {
 	s := getSpec(t)
 	url := startEmulator(t)
-	schema := s.model.Components.Schemas.GetOrZero("ResponseStreamEvent").Schema()
-	sv := schema_validation.NewSchemaValidator()
-	for _, body := range []string{
-		`{"model":"gpt-4.1","input":"a","stream":true}`,
-		`{"model":"gpt-4.1","input":"a","stream":true,"tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}},"required":["x"]},"strict":true}]}`,
-	} {
-		_, b := post(t, "POST", url+"/v1/responses", body)
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		n := 0
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok {
-				continue
-			}
-			n++
-			if ok, errs := sv.ValidateSchemaString(schema, data); !ok {
-				for _, ve := range errs {
-					t.Errorf("event %s: %s", data, ve.Message)
-					for _, f := range ve.SchemaValidationErrors {
-						t.Errorf("  %s: %s", f.FieldPath, f.Reason)
-					}
-				}
-			}
+	for _, tc := range emulatorStreams {
+		report(t, "the test's own POST "+tc.path, s.checkRequest("POST", tc.path, []byte(tc.body)), []byte(tc.body))
+		_, b := send(t, "POST", url+tc.path, tc.body, "")
+		ev := events(b)
+		for _, e := range ev {
+			report(t, tc.path+" streamed an event", s.checkSchema(tc.schema, e), []byte(e))
 		}
-		if n < 6 {
-			t.Errorf("%d events in %s", n, b)
+		if len(ev) < tc.min {
+			t.Errorf("%d events in %s; want %d at least", len(ev), b, tc.min)
 		}
 	}
 }
