@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -33,6 +34,9 @@ func (c *upstreamChecker) in(next http.Handler) http.Handler {
 func (c *upstreamChecker) check(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	body, _ := io.ReadAll(r.Body)
 	path := r.URL.Path
+	if rest, ok := strings.CutPrefix(path, "/openai/v1/"); ok { // Azure's v1 Responses API
+		path = "/v1/" + rest
+	}
 	if i := strings.Index(path, "/openai/deployments/"); i >= 0 {
 		rest := path[i+len("/openai/deployments/"):]
 		if _, op, ok := strings.Cut(rest, "/"); ok {
@@ -59,7 +63,19 @@ var nodeStreams = []struct {
 	{"/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"a"}],` + tools + `}`, "CreateChatCompletionStreamResponse", 3},
 	{"/v1/completions", `{"model":"gpt-4o-mini","prompt":"a","stream":true,"stream_options":{"include_usage":true},"max_tokens":4}`, completionChunk, 6},
 	{"/v1/completions", `{"model":"llama-3-8b","prompt":["a","b"],"stream":true,"max_tokens":3}`, completionChunk, 8},
+	// Responses: passed through to Azure, bridged to the GPU cluster's
+	// chat completions.
+	{"/v1/responses", `{"model":"gpt-4o-mini","stream":true,"instructions":"b","input":"a","max_output_tokens":16}`, "ResponseStreamEvent", 8},
+	{"/v1/responses", `{"model":"llama-3-8b","stream":true,"instructions":"b","input":"a","max_output_tokens":16}`, "ResponseStreamEvent", 8},
+	{"/v1/responses", `{"model":"llama-3-8b","stream":true,"input":"a",` + respTools + `}`, "ResponseStreamEvent", 5},
 }
+
+// respTools is a function tool in the Responses API's shape, and
+// respToolTurn a conversation in input items that ends in its result.
+const (
+	respTools    = `"tools":[{"type":"function","name":"f","strict":false,"parameters":{"type":"object","properties":{"x":{"type":"string"}}}}]`
+	respToolTurn = `"input":[{"role":"user","content":"a"},{"type":"function_call","call_id":"call_1","name":"f","arguments":"{\"x\":\"y\"}"},{"type":"function_call_output","call_id":"call_1","output":"z"}]`
+)
 
 // TestNodeConformance runs the dev stack's node with every provider
 // behind an upstreamChecker, and validates what the node answers a client
@@ -104,6 +120,17 @@ func TestNodeConformance(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[]}`, dev.Key, 400},
 		{"POST", "/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"a"}]}`, "sk-wrong", 401},
 		{"POST", "/v1/embeddings", `{"model":"nope","input":"a"}`, dev.Key, 404},
+		// An input message with a string content: one with an array of
+		// input_text parts is both an EasyInputMessage and an InputMessage
+		// to the document, whose oneOf then refuses it.
+		{"POST", "/v1/responses", `{"model":"gpt-4o-mini","instructions":"b","input":[{"role":"user","content":"a"}]}`, dev.Key, 200},
+		{"POST", "/v1/responses", `{"model":"llama-3-8b","instructions":"b","input":"a","max_output_tokens":16}`, dev.Key, 200},
+		{"POST", "/v1/responses", `{"model":"llama-3-8b","input":"a",` + respTools + `}`, dev.Key, 200},
+		{"POST", "/v1/responses", `{"model":"llama-3-8b",` + respToolTurn + `,` + respTools + `}`, dev.Key, 200},
+		{"POST", "/v1/responses", `{"model":"gpt-4o-mini",` + respToolTurn + `,` + respTools + `}`, dev.Key, 200},
+		{"POST", "/v1/responses", `{"model":"gpt-4o-mini","input":7}`, dev.Key, 400},
+		{"POST", "/v1/responses", `{"model":"gpt-4o-mini","input":"a","previous_response_id":"resp_nope"}`, dev.Key, 404},
+		{"GET", "/v1/responses/resp_nope", "", dev.Key, 404},
 	} {
 		what := tc.method + " " + tc.path
 		resp, b := send(t, tc.method, base+tc.path, tc.body, tc.key)
@@ -129,12 +156,41 @@ func TestNodeConformance(t *testing.T) {
 			t.Errorf("%s %s: %d, %d events in %s; want 200 and %d at least", tc.path, tc.body, resp.StatusCode, len(ev), b, tc.min)
 		}
 	}
+	checkStoredResponses(t, s, base, dev.Key)
 	checker.mu.Lock()
 	defer checker.mu.Unlock()
 	t.Logf("requests the node sent, checked: %v", checker.seen)
-	for _, p := range []string{"/v1/chat/completions", "/v1/embeddings", "/v1/completions"} {
+	for _, p := range []string{"/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"} {
 		if checker.seen[p] == 0 {
 			t.Errorf("the node sent no request to %s: nothing of it was checked", p)
+		}
+	}
+}
+
+// checkStoredResponses validates a follow-up, a retrieve and a delete of
+// a response the node passed through and of one it bridged.
+func checkStoredResponses(t *testing.T, s *spec, base, key string) {
+	t.Helper()
+	for _, model := range []string{"gpt-4o-mini", "llama-3-8b"} {
+		body := `{"model":"` + model + `","input":"a","max_output_tokens":16}`
+		resp, b := send(t, "POST", base+"/v1/responses", body, key)
+		var r struct{ ID string }
+		if err := json.Unmarshal(b, &r); resp.StatusCode != 200 || err != nil || r.ID == "" {
+			t.Fatalf("%s: %d %s", model, resp.StatusCode, b)
+		}
+		follow := `{"model":"` + model + `","input":"b","previous_response_id":"` + r.ID + `","max_output_tokens":16}`
+		for _, c := range []struct{ method, path, body string }{
+			{"POST", "/v1/responses", follow},
+			{"GET", "/v1/responses/" + r.ID, ""},
+			{"DELETE", "/v1/responses/" + r.ID, ""},
+		} {
+			what := model + ": " + c.method + " " + c.path
+			resp, b := send(t, c.method, base+c.path, c.body, key)
+			if resp.StatusCode != 200 {
+				t.Errorf("%s: %d %s", what, resp.StatusCode, b)
+				continue
+			}
+			report(t, what+" answered", s.checkAnswer(c.method, c.path, reqBody(c.body), resp, b), b)
 		}
 	}
 }
