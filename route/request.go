@@ -219,13 +219,32 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	return r, nil
 }
 
-// topMembers checks that body is valid JSON and returns its top-level
-// members, refusing one given twice: the start of every endpoint's parse.
+// topMembers checks that body is valid JSON in UTF-8 and returns its
+// top-level members, refusing one given twice: the start of every
+// endpoint's parse. encoding/json accepts invalid UTF-8 in strings (and
+// mends it when decoding), but JSON exchanged is UTF-8 (RFC 8259 §8.1):
+// a body that is not would be read one way here and another by each
+// provider it is relayed to byte for byte.
 func topMembers(body []byte) ([]member, error) {
-	if !json.Valid(body) {
+	switch {
+	case len(bytes.TrimSpace(body)) == 0:
+		return nil, invalid("", "the request body is empty")
+	case !json.Valid(body):
 		return nil, invalid("", "the request body is not valid JSON")
+	case !utf8.Valid(body):
+		return nil, invalid("", "the request body is not valid UTF-8")
 	}
 	return scanObject(body)
+}
+
+// CheckObject refuses, as every endpoint's parse does, a body that is not
+// one JSON object in UTF-8 or gives a top-level member twice. The
+// Messages API, whose body is translated (route/anthropic) rather than
+// parsed here, is checked by it first, so that it refuses what the
+// OpenAI endpoints refuse.
+func CheckObject(body []byte) error {
+	_, err := topMembers(body)
+	return err
 }
 
 func (r *ChatRequest) decodeMessages(v []byte) error {

@@ -53,6 +53,9 @@ func TestParseChatRequest(t *testing.T) {
 		name, body, param, msg string
 	}{
 		{"not json", `{"model":`, "", "not valid JSON"},
+		{"trailing data", `{"model":"m","messages":[{"role":"user","content":"hi"}]} {}`, "", "not valid JSON"},
+		{"empty", " \n", "", "is empty"},
+		{"invalid UTF-8", "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", "", "not valid UTF-8"},
 		{"not an object", `[1,2]`, "", "must be a JSON object"},
 		{"no model", `{"messages":[{"role":"user","content":"hi"}]}`, "model", "required"},
 		{"model not string", `{"model":3,"messages":[{"role":"user","content":"hi"}]}`, "model", "must be of type string"},
@@ -182,7 +185,8 @@ func FuzzParseChatRequest(f *testing.F) {
 		}
 		// Messages decode as encoding/json decodes them into plain
 		// fields, where member names cannot match in another case (which
-		// encoding/json allows): invalid UTF-8 and escapes included.
+		// encoding/json allows), escapes included. (A body not in UTF-8 is
+		// refused.)
 		if !bytes.ContainsFunc(body, func(r rune) bool { return r >= 'A' && r <= 'Z' }) && !bytes.Contains(body, []byte(`\u`)) {
 			var doc struct {
 				Messages []struct {

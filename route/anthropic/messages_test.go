@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -58,6 +59,26 @@ func TestToChat(t *testing.T) {
 		t.Fatalf("tool result %+v", chat.Messages[3])
 	case string(chat.ToolChoice) != `{"function":{"name":"w"},"type":"function"}` || chat.Tools[0].Function.Name != "w":
 		t.Fatalf("tools %s %+v", chat.ToolChoice, chat.Tools)
+	}
+}
+
+// A body ToChat cannot read is refused naming the member at fault and
+// its JSON type, as Anthropic's API does, never in encoding/json's Go
+// terms; trailing data after the object is refused too.
+func TestToChatRefusals(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"model":42,"max_tokens":8,"messages":[]}`, "model: must be of type string, not number"},
+		{`{"model":"m","max_tokens":"8","messages":[]}`, "max_tokens: must be of type integer, not string"},
+		{`{"model":"m","max_tokens":8,"messages":"hi"}`, "messages: must be of type array, not string"},
+		{`{"model":"m","max_tokens":8,"stream":"yes","messages":[]}`, "stream: must be of type boolean, not string"},
+		{`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]} {}`, "not valid JSON"},
+		{`[{"model":"m"}]`, "must be a JSON object"},
+	} {
+		_, err := ToChat([]byte(tc.body), false)
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(e.Msg, tc.want) || strings.Contains(e.Msg, "Go ") {
+			t.Errorf("%s: %v; want an Error with %q", tc.body, err, tc.want)
+		}
 	}
 }
 

@@ -21,9 +21,10 @@
 package anthropic
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -125,9 +126,8 @@ type chatMessage struct {
 // max_tokens.
 func ToChat(body []byte, counting bool) (*Request, error) {
 	var in inRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&in); err != nil {
-		return nil, bad("the request body is not a valid Messages request: %v", err)
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, decodeError(err)
 	}
 	switch {
 	case in.Model == nil || *in.Model == "":
@@ -186,6 +186,38 @@ func ToChat(body []byte, counting bool) (*Request, error) {
 		return nil, bad("%v", err)
 	}
 	return &Request{Chat: b, Model: *in.Model, Stream: in.Stream}, nil
+}
+
+// decodeError is the refusal of a body encoding/json could not decode:
+// a member of the wrong type is named, as Anthropic's API names it
+// ("max_tokens: ..."), and described in JSON's types, not Go's.
+func decodeError(err error) *Error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return bad("%s: must be of type %s, not %s", te.Field, jsonType(te.Type.Kind()), te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return bad("the request body is not valid JSON: %v", err)
+	}
+	return bad("the request body is not a valid Messages request: it must be a JSON object")
+}
+
+// jsonType names the JSON type a Go kind decodes from.
+func jsonType(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	}
+	return "integer"
 }
 
 func systemText(raw json.RawMessage) (string, error) {
