@@ -12,7 +12,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/route"
 )
 
@@ -158,21 +157,18 @@ func checkToolCall(t *testing.T, finish string, calls []openai.ChatCompletionMes
 	}
 }
 
+// A refusal of chat's own is in OpenAI's shape, and openai-go surfaces
+// refusals as typed API errors. The bad input every endpoint refuses
+// alike (malformed JSON, wrong types, oversize, keys) is
+// TestBadInputOnEveryEndpoint's table.
 func TestErrorsInOpenAIShape(t *testing.T) {
-	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, func(c *node.Config) { c.Limits.MaxBodyBytes = 4096 })
+	f := startNode(t, []upstream{{name: "p", kind: "openai"}}, nil)
 	for _, tc := range []struct {
 		name, body, key string
 		status          int
 		code            string
 	}{
-		{"no key", hello, "", 401, "invalid_api_key"},
-		{"wrong key", hello, "sk-wrong", 401, "invalid_api_key"},
-		{"malformed json", `{"model":`, testKey, 400, "invalid_request"},
-		{"wrong type", `{"model":"gpt-4o-mini","messages":"hi"}`, testKey, 400, "invalid_request"},
 		{"empty messages", `{"model":"gpt-4o-mini","messages":[]}`, testKey, 400, "invalid_request"},
-		{"empty body", ``, testKey, 400, "invalid_request"},
-		{"unknown model", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, testKey, 404, "model_not_found"},
-		{"too large", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, testKey, 413, "request_too_large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(tc.body))

@@ -70,7 +70,8 @@ func classify(err error) (int, apiError) {
 		e.Type, e.Code = "invalid_request_error", "headers_too_large"
 		return http.StatusRequestHeaderFieldsTooLarge, e
 	case errors.Is(err, route.ErrModelNotFound):
-		e.Type, e.Code = "invalid_request_error", "model_not_found"
+		param := "model"
+		e.Type, e.Code, e.Param = "invalid_request_error", "model_not_found", &param
 		return http.StatusNotFound, e
 	case errors.Is(err, errNotFound), errors.Is(err, errNoSuchTenant):
 		e.Type, e.Code = "invalid_request_error", "not_found"

@@ -213,14 +213,16 @@ func (n *Node) api(api route.API) http.HandlerFunc {
 
 func (n *Node) clientRequest(api route.API, w http.ResponseWriter, r *http.Request) {
 	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
-	n.serve(r.Context(), n.clientInbound(api, r, func() ([]byte, error) { return n.readBody(w, sink.rc, r) }), sink)
+	n.serve(r.Context(), n.clientInbound(api, w, sink.rc, r, func() ([]byte, error) { return n.readBody(w, sink.rc, r) }), sink)
 }
 
 // clientInbound is the inbound of a client's request of api: its tenant (or
-// why it has none), its request id and headers, and read for its body.
-func (n *Node) clientInbound(api route.API, r *http.Request, read func() ([]byte, error)) *inbound {
+// why it has none), its request id and headers, read for its body, and
+// unread for a refusal before it.
+func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.ResponseController, r *http.Request, read func() ([]byte, error)) *inbound {
 	t, ok := n.tenants.Load().Authenticate(r)
 	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
+		unread:  func() { n.refuseUnread(w, rc, r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
 		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}
 	if !ok {
@@ -254,12 +256,14 @@ func asciiIn(s string, lo, hi byte) bool {
 // readBody reads the request body within the size limit and the body read
 // timeout, so neither a huge nor a trickling body can hold the node.
 //
-// On failure the body is closed with the expired deadline still set: the
-// server then answers at once and drops the connection. Clearing the
-// deadline first would let net/http wait for the rest of the body before
-// answering, which a trickling client never sends.
+// On failure nothing more is read: the body is closed under an expired
+// read deadline, and the server answers at once and drops the
+// connection. Closing it under a deadline still to come would have
+// net/http read up to 256 KiB more first, past the limit, for as long as
+// the deadline allows, before the refusal is sent.
 func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *http.Request) ([]byte, error) {
 	if r.ContentLength > n.s.MaxBodyBytes {
+		n.refuseUnread(w, rc, r)
 		return nil, n.errTooLarge()
 	}
 	// Deadlines are on the wall clock, whatever clock the node plans with.
@@ -272,6 +276,7 @@ func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *h
 	}
 	body, err := readAll(http.MaxBytesReader(w, r.Body, n.s.MaxBodyBytes), buf)
 	if err != nil {
+		_ = rc.SetReadDeadline(time.Now())
 		_ = r.Body.Close()
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -284,6 +289,22 @@ func (n *Node) readBody(w http.ResponseWriter, rc *http.ResponseController, r *h
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	return body, nil
+}
+
+// refuseUnread prepares the refusal of a request whose body the node does
+// not read (no key, a declared length over the limit): the connection
+// closes after the answer, and what net/http reads of the body after the
+// answer, to let the client see it before the connection closes, is
+// bounded by the body read timeout. Left as it is, net/http would read up
+// to 256 KiB of the body before answering, without a deadline, for a
+// client that may never send it. A request without a body keeps its
+// connection.
+func (n *Node) refuseUnread(w http.ResponseWriter, rc *http.ResponseController, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header()["Connection"] = []string{"close"}
+	_ = rc.SetReadDeadline(time.Now().Add(n.s.ReadBody))
 }
 
 func readAll(r io.Reader, b []byte) ([]byte, error) {

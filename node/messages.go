@@ -24,20 +24,13 @@ import (
 // API requires.
 func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
 	sink := &messagesSink{httpSink: httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}}
-	if r.Header.Get("Anthropic-Version") == "" {
-		sink.refuse(http.StatusBadRequest, "anthropic-version: header is required")
-		return
-	}
-	in := n.clientInbound(route.APIMessages, r, func() ([]byte, error) {
+	in := n.clientInbound(route.APIMessages, w, sink.rc, r, func() ([]byte, error) {
 		body, err := n.readBody(w, sink.rc, r)
 		if err != nil {
 			return nil, err
 		}
-		req, err := anthropic.ToChat(body, false)
+		req, err := translate(body, false)
 		if err != nil {
-			if me := (*anthropic.Error)(nil); errors.As(err, &me) {
-				return nil, &route.InvalidRequestError{Msg: me.Msg}
-			}
 			return nil, err
 		}
 		sink.model, sink.stream = req.Model, anthropic.NewStream(req.Model)
@@ -46,28 +39,61 @@ func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
 		}
 		return req.Chat, nil
 	})
+	if r.Header.Get("Anthropic-Version") == "" {
+		n.identify(w.Header(), in.id)
+		in.unread()
+		sink.refuse(http.StatusBadRequest, errNoVersion.Error())
+		return
+	}
 	n.serve(r.Context(), in, sink)
 	sink.close()
 }
 
+// errNoVersion refuses a Messages request without anthropic-version, as
+// Anthropic's API does.
+var errNoVersion = errors.New("anthropic-version: header is required")
+
+// translate reads a Messages or count_tokens body as every endpoint
+// reads its own (one JSON object in UTF-8, no member given twice) and
+// translates it into a chat completion. Its refusals are
+// route.InvalidRequestErrors, answered as every endpoint's are.
+func translate(body []byte, counting bool) (*anthropic.Request, error) {
+	if err := route.CheckObject(body); err != nil {
+		return nil, err
+	}
+	req, err := anthropic.ToChat(body, counting)
+	if me := (*anthropic.Error)(nil); errors.As(err, &me) {
+		return nil, &route.InvalidRequestError{Msg: me.Msg}
+	}
+	return req, err
+}
+
 // countTokens serves POST /v1/messages/count_tokens: the prompt's tokens
 // as this node counts them (o200k, the count its escrow and usage
-// fallback use), without calling a provider.
+// fallback use), without calling a provider. It refuses what
+// /v1/messages refuses, with the same answers.
 func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 	sink := &messagesSink{httpSink: httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}}
+	n.identify(w.Header(), requestID(r))
+	refuse := func(err error) {
+		status, e := n.classify(err)
+		sink.refuse(status, e.Message)
+	}
 	if r.Header.Get("Anthropic-Version") == "" {
-		sink.refuse(http.StatusBadRequest, "anthropic-version: header is required")
+		n.refuseUnread(w, sink.rc, r)
+		refuse(&route.InvalidRequestError{Msg: errNoVersion.Error()})
 		return
 	}
 	t, ok := n.tenants.Load().Authenticate(r)
 	if !ok {
-		sink.refuse(http.StatusUnauthorized, errUnauthorized.Error())
+		n.refuseUnread(w, sink.rc, r)
+		refuse(errUnauthorized)
 		return
 	}
 	body, err := n.readBody(w, sink.rc, r)
 	var req *anthropic.Request
 	if err == nil {
-		req, err = anthropic.ToChat(body, true)
+		req, err = translate(body, true)
 	}
 	var chat *route.ChatRequest
 	if err == nil {
@@ -77,8 +103,7 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("%w: %q is not served here for this tenant; GET /v1/models lists the models", route.ErrModelNotFound, chat.Model)
 	}
 	if err != nil {
-		status, e := n.classify(err)
-		sink.refuse(status, e.Message)
+		refuse(err)
 		return
 	}
 	var tok route.Tokenizer

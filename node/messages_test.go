@@ -119,8 +119,6 @@ func TestMessagesAcrossTheMesh(t *testing.T) {
 		{`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`, "2023-06-01", "max_tokens"},
 		{`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"robot","content":"hi"}]}`, "2023-06-01", "messages[0].role"},
 		{`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document"}]}]}`, "2023-06-01", "not supported"},
-		{`{"model":`, "2023-06-01", "not a valid Messages request"},
-		{`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "", "anthropic-version"},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, f.urls["us"]+"/v1/messages", strings.NewReader(tc.body))
 		req.Header.Set("X-Api-Key", euKey)

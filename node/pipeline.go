@@ -55,6 +55,9 @@ type inbound struct {
 	// then, within the size limit and the body read timeout.
 	body []byte
 	read func() ([]byte, error)
+	// unread, when set, is called when the request is refused before
+	// read was: the transport then answers without waiting for the body.
+	unread func()
 	// session is the affinity key as sent (X-LLMesh-Session, or the
 	// forward's); the body's user field stands in when it is "".
 	session string
@@ -120,10 +123,11 @@ const renameSlack = 1 << 10
 func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	if in.read != nil {
 		b, err := in.read()
+		in.read = nil
 		if err != nil {
 			return nil, err
 		}
-		in.body, in.read = b, nil
+		in.body = b
 	}
 	limit := n.s.MaxBodyBytes
 	if in.origin != fromClient {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/llmesh/llmesh/node/decisions"
@@ -45,9 +46,7 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 	}()
 	// The request id is the client's, or a new one: answers carry it,
 	// and so do forwards and every node's log line.
-	h := sink.Header()
-	h["X-Llmesh-Node"] = []string{n.s.Name}
-	h["X-Request-Id"] = []string{in.id}
+	n.identify(sink.Header(), in.id)
 	// The request's span, if this node traces, and the traceparent
 	// providers and peers are sent.
 	sp, traceparent := n.tracer.Begin(in.traceparent, in.start)
@@ -57,6 +56,9 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 	defer func() { n.account(n.decisionOf(in, req, rt, a), sp) }()
 	req, err := n.admit(in)
 	if err != nil {
+		if in.read != nil && in.unread != nil {
+			in.unread() // refused before its body was read
+		}
 		return answer{status: n.writeError(sink, err), err: err}
 	}
 	defer n.tenantLeave(req.Tenant)
@@ -73,6 +75,14 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 		a.status = statusClientClosed
 	}
 	return a
+}
+
+// identify names the request (its id) and this node on an answer's
+// headers h: every answer carries them, refusals included, whatever
+// the endpoint.
+func (n *Node) identify(h http.Header, id string) {
+	h["X-Llmesh-Node"] = []string{n.s.Name}
+	h["X-Request-Id"] = []string{id}
 }
 
 // execute plans and executes an admitted request. A client's request
