@@ -15,6 +15,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 )
 
@@ -53,7 +54,8 @@ func counted(n *atomic.Int32) func(*http.Request, func(*http.Request) (*http.Res
 // answers a call of the tool, the agent runs it and sends its result, the
 // second answers in text and stops. openai-go's Chat Completions
 // (tool_calls, then stop) and anthropic-sdk-go's Messages (tool_use, then
-// end_turn), whole and streamed, with the key the dev agent prints. A
+// end_turn) and the Responses API (function_call, then a message),
+// whole and streamed, with the key the dev agent prints. A
 // loop that would call the model a third time fails.
 func TestToolLoopAgainstAgentDevEndsInTwoTurns(t *testing.T) {
 	a := startDevAgent(t, t.TempDir(), loopbackAddr(t))
@@ -73,6 +75,20 @@ func TestToolLoopAgainstAgentDevEndsInTwoTurns(t *testing.T) {
 				t.Fatalf("%d model calls on the wire; want %d", n, loopTurns)
 			}
 		})
+		// The Responses API: gpt-4o-mini passed through to Azure,
+		// llama-3-8b bridged to the GPU cluster's chat completions; the
+		// tool's result continues the first response by its id.
+		for _, model := range []string{"gpt-4o-mini", "llama-3-8b"} {
+			t.Run("responses/"+model+"/"+name, func(t *testing.T) {
+				var calls atomic.Int32
+				c := openai.NewClient(option.WithBaseURL(a.base+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0),
+					option.WithMiddleware(counted(&calls)))
+				responsesToolLoop(t, c, model, stream)
+				if n := calls.Load(); n != loopTurns {
+					t.Fatalf("%d model calls on the wire; want %d", n, loopTurns)
+				}
+			})
+		}
 		t.Run("anthropic/"+name, func(t *testing.T) {
 			var calls atomic.Int32
 			c := anthropic.NewClient(aoption.WithBaseURL(a.base), aoption.WithAPIKey(key), aoption.WithMaxRetries(0),
@@ -199,5 +215,62 @@ func anthropicToolLoop(t *testing.T, c anthropic.Client, stream bool) {
 			t.Fatalf("turn %d used %d tools, stop_reason %q; want the tool_use on turn 1", turn, len(results), m.StopReason)
 		}
 		msgs = append(msgs, anthropic.NewUserMessage(results...))
+	}
+}
+
+// responsesToolLoop runs a Responses API agent loop with get_weather
+// until the model answers without a function call: each turn continues
+// the last response by previous_response_id with the tools' outputs.
+func responsesToolLoop(t *testing.T, c openai.Client, model string, stream bool) {
+	tools := []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{Name: "get_weather", Strict: openai.Bool(false),
+		Parameters: map[string]any{"type": "object", "properties": weatherSchema, "required": []string{"city"}}}}}
+	input := responses.ResponseNewParamsInputUnion{OfString: openai.String("What is the weather in Paris?")}
+	previous := ""
+	for turn := 1; ; turn++ {
+		if turn > loopTurns {
+			t.Fatalf("the loop did not end within %d model calls", loopTurns)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		params := responses.ResponseNewParams{Model: model, Input: input, Tools: tools}
+		if previous != "" {
+			params.PreviousResponseID = openai.String(previous)
+		}
+		var r *responses.Response
+		if stream {
+			st := c.Responses.NewStreaming(ctx, params)
+			for st.Next() {
+				if ev := st.Current(); ev.Type == "response.completed" {
+					done := ev.Response
+					r = &done
+				}
+			}
+			if err := st.Err(); err != nil || r == nil {
+				t.Fatalf("turn %d: %v, completed %v", turn, err, r != nil)
+			}
+		} else {
+			var err error
+			if r, err = c.Responses.New(ctx, params); err != nil {
+				t.Fatalf("turn %d: %v", turn, err)
+			}
+		}
+		cancel()
+		var outputs responses.ResponseInputParam
+		for _, item := range r.Output {
+			if item.Type == "function_call" {
+				out := responses.ResponseInputItemParamOfFunctionCallOutput(runTool(t, item.Name, []byte(item.Arguments.OfString)))
+				out.OfFunctionCallOutput.CallID = openai.String(item.CallID)
+				outputs = append(outputs, out)
+			}
+		}
+		if len(outputs) == 0 { // the model answered: the loop ends
+			if turn != loopTurns || r.Status != responses.ResponseStatusCompleted || r.OutputText() == "" {
+				t.Fatalf("turn %d answered %q, status %q; want text on turn %d", turn, r.OutputText(), r.Status, loopTurns)
+			}
+			return
+		}
+		if turn != 1 {
+			t.Fatalf("turn %d called %d tools; want the call on turn 1", turn, len(outputs))
+		}
+		previous, input = r.ID, responses.ResponseNewParamsInputUnion{OfInputItemList: outputs}
 	}
 }
