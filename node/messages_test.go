@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
@@ -228,13 +229,17 @@ func TestAnthropicProviderKind(t *testing.T) {
 	}
 }
 
-// Every endpoint is charged to the tenant's budget in the ledger: an eu
-// tenant with a budget sends an embeddings, a legacy completion and a
-// Messages request to the us node (each served in the eu), and the
-// ledger's settled spend comes to what the decisions say they cost, with
-// no overspend.
+// Every endpoint is charged to the tenant's budget in the ledger and is
+// in the audit trail: an eu tenant with a budget sends an embeddings, a
+// legacy completion, a Messages and a Responses request to the us node
+// (each served in the eu through eu-1); both nodes audit each with its
+// endpoint, and the ledger's settled spend comes to what the decisions
+// say they cost, with no overspend.
 func TestEveryEndpointChargesTheBudget(t *testing.T) {
+	dirs := map[string]string{}
 	f := startRegions(t, embeddingUpstreams(), func(region string, c *node.Config) {
+		dirs[region] = t.TempDir()
+		c.Audit = node.AuditSection{Dir: dirs[region]}
 		c.Node.Voter, c.Node.BootstrapExpect = true, 3
 		c.Node.Raft, c.Node.DataDir = "127.0.0.1:0", t.TempDir()
 		for i := range c.Tenants {
@@ -248,18 +253,34 @@ func TestEveryEndpointChargesTheBudget(t *testing.T) {
 		{"/v1/embeddings", `{"model":"emb","input":["Bonjour le monde","Guten Tag"]}`},
 		{"/v1/completions", `{"model":"gpt-4o-mini","prompt":"Once upon a time","max_tokens":8}`},
 		{"/v1/messages", `{"model":"gpt-4o-mini","max_tokens":8,"messages":[{"role":"user","content":"Bonjour"}]}`},
+		{"/v1/responses", `{"model":"gpt-4o-mini","max_output_tokens":16,"input":"Bonjour"}`},
 	} {
-		resp := postPath(t, us+r.path, euKey, r.body, "Anthropic-Version", "2023-06-01")
+		resp := postPath(t, us+r.path, euKey, r.body, "Anthropic-Version", "2023-06-01", "X-Request-Id", "charged"+r.path)
 		if body := readAll(t, resp.Body); resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", r.path, resp.StatusCode, body)
 		}
 	}
 	var doc views.Decisions
-	wait.For(t, 10*time.Second, "the three decisions", func() bool {
+	wait.For(t, 10*time.Second, "the four decisions", func() bool {
 		doc = views.Decisions{}
-		getJSON(t, us+"/v1/mesh/decisions?limit=3", "", &doc)
-		return len(doc.Decisions) == 3
+		getJSON(t, us+"/v1/mesh/decisions?limit=4", "", &doc)
+		return len(doc.Decisions) == 4
 	})
+	// Each is in the audit trail of both nodes it passed, with its
+	// endpoint, provider and jurisdiction.
+	for _, region := range []string{"us", "eu"} {
+		got := map[string]audit.Record{}
+		wait.For(t, 5*time.Second, "the four records in "+region+"'s audit trail", func() bool {
+			_, err := audit.Scan(dirs[region], func(r audit.Record) error { got[r.RequestID] = r; return nil })
+			return err == nil && len(got) >= 4
+		})
+		for _, ep := range []string{"embeddings", "completions", "messages", "responses"} {
+			r := got["charged/v1/"+ep]
+			if r.Endpoint != ep || r.Tenant != "acme-eu" || r.Provider != "gpu-eu" || r.ProviderJurisdictions != "eu" || r.Outcome != "ok" {
+				t.Errorf("%s's audit record of %s: %+v", region, ep, r)
+			}
+		}
+	}
 	cost := 0.0
 	for _, d := range doc.Decisions {
 		if d.CostUSD <= 0 || d.Provider != "gpu-eu" {
@@ -268,7 +289,7 @@ func TestEveryEndpointChargesTheBudget(t *testing.T) {
 		cost += d.CostUSD
 	}
 	var books views.Budgets
-	wait.For(t, 20*time.Second, "the ledger to settle the three requests", func() bool {
+	wait.For(t, 20*time.Second, "the ledger to settle the four requests", func() bool {
 		books = views.Budgets{}
 		getJSON(t, us+"/v1/mesh/budgets", "", &books)
 		for _, b := range books.Budgets {
