@@ -14,6 +14,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/node/audit"
@@ -167,7 +168,8 @@ func TestMessagesCountTokens(t *testing.T) {
 // A provider of kind anthropic (the emulator speaking Messages) serves
 // chat clients: openai-go's whole and streamed completions and a tool
 // round trip are translated to Messages and back; Anthropic's clients
-// reach it through both translations; legacy completions skip it.
+// reach it through both translations, Responses clients through the
+// bridge and the translation; legacy completions skip it.
 func TestAnthropicProviderKind(t *testing.T) {
 	f := startNode(t, []upstream{{name: "claude", kind: "anthropic"}}, nil)
 	ctx := context.Background()
@@ -221,6 +223,21 @@ func TestAnthropicProviderKind(t *testing.T) {
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}, true)
 	if m.StopReason != anthropic.StopReasonMaxTokens || m.Usage.OutputTokens != 5 {
 		t.Fatalf("messages through a Messages provider: %s", m.RawJSON())
+	}
+	// The Responses API, bridged to chat and on to Messages, whole and
+	// streamed, and a follow-up the node continues from what it keeps.
+	for _, stream := range []bool{false, true} {
+		r, hdr := newResponse(t, oc, responses.ResponseNewParams{Model: "gpt-4o-mini", Input: userText("Hello"),
+			Instructions: openai.String("Be brief."), MaxOutputTokens: openai.Int(10)}, stream)
+		if hdr.Get("X-LLMesh-Provider") != "claude" || r.Status != responses.ResponseStatusIncomplete || r.IncompleteDetails.Reason != "max_output_tokens" ||
+			r.Usage.OutputTokens != 10 || r.OutputText() == "" {
+			t.Fatalf("responses through a Messages provider (stream %v): %s", stream, r.RawJSON())
+		}
+		next, _ := newResponse(t, oc, responses.ResponseNewParams{Model: "gpt-4o-mini", Input: userText("More"),
+			PreviousResponseID: openai.String(r.ID), MaxOutputTokens: openai.Int(16)}, stream)
+		if next.Usage.InputTokens <= r.Usage.InputTokens {
+			t.Fatalf("the follow-up read %d input tokens, the first %d", next.Usage.InputTokens, r.Usage.InputTokens)
+		}
 	}
 	// Legacy completions have no Messages equivalent.
 	resp2 := postPath(t, f.url+"/v1/completions", testKey, `{"model":"gpt-4o-mini","prompt":"hi"}`)
