@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/decisions"
+	"github.com/llmesh/llmesh/node/engine"
 	"github.com/llmesh/llmesh/node/forward"
 	"github.com/llmesh/llmesh/node/ledger"
 	"github.com/llmesh/llmesh/node/metrics"
@@ -97,6 +98,7 @@ type Node struct {
 	// rateWaiting are those waiting now for a rate share.
 	admitted   struct{ waited, waitedNs, rateWaiting atomic.Int64 }
 	probes     *probe.Prober
+	engines    *engine.Scraper // the self-hosted replicas' engine load
 	decided    decisions.Ring  // the last routing decisions, for the dashboard
 	traffic    *series.Ring    // the last minutes of traffic per second, for the dashboard
 	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
@@ -166,6 +168,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	n.engines = n.newEngines(opts.Registry)
 	n.buildRequestPath(catalog, health, quota, budget)
 	n.probes = n.newProber()
 	n.srv = n.newHTTPServer()
@@ -233,6 +236,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.probes != nil {
 		n.loops.Go(func() { n.probes.Run(n.stop) })
 	}
+	n.loops.Go(func() { n.engines.Run(n.stop) })
 	n.tracer.Start()
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.Region,

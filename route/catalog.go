@@ -72,8 +72,11 @@ type Provider struct {
 	APIKey       Secret
 	APIVersion   string // Azure only
 	Priority     int    // lower is preferred when otherwise equal
-	RPM, TPM     int    // mesh-wide limits; 0 means none
-	Models       []Model
+	// MetricsPath is where each replica serves its engine's metrics
+	// (node/engine scrapes them); "" when none is scraped.
+	MetricsPath string
+	RPM, TPM    int // mesh-wide limits; 0 means none
+	Models      []Model
 
 	// Ring places sessions on the replicas (bounded-load consistent
 	// hashing); nil for a provider with fewer than two replicas. Built by

@@ -94,6 +94,10 @@ type ProviderSection struct {
 	Priority      int            `yaml:"priority"`
 	Limits        RateSection    `yaml:"limits"`
 	Models        []ModelSection `yaml:"models"`
+	// MetricsPath is where each replica serves its engine's Prometheus
+	// metrics, below its base URL's host: /metrics by default for the
+	// vllm, sglang and tgi kinds, none for the others; off scrapes none.
+	MetricsPath string `yaml:"metrics_path"`
 }
 
 // RateSection is a provider's mesh-wide rate limits; 0 means none.

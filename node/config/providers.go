@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -72,6 +73,7 @@ func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env
 		p.bad(f+".limits.tpm", "must not be negative")
 	}
 	rp.Models = resolveModels(f, rp.Kind, ps.Models, p)
+	rp.MetricsPath = metricsPath(f, rp.Kind, ps.MetricsPath, p)
 	return rp
 }
 
@@ -167,4 +169,19 @@ func resolveGroups(c *File, _ Env, s *Runtime, p *problems) {
 		}
 		s.Groups = append(s.Groups, rg)
 	}
+}
+
+// metricsPath is where a provider's replicas serve their engine's
+// metrics: the path given, else /metrics for a self-hosted engine's kind;
+// "" for none (off, or another kind).
+func metricsPath(f string, kind route.Kind, path string, p *problems) string {
+	switch {
+	case path == "off":
+		return ""
+	case path == "" && (kind == route.KindVLLM || kind == route.KindSGLang || kind == route.KindTGI):
+		return "/metrics"
+	case path != "" && (path[0] != '/' || strings.ContainsAny(path, "?# ")):
+		p.bad(f+".metrics_path", "%q must be a path starting with /, or off", path)
+	}
+	return path
 }

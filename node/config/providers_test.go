@@ -56,6 +56,20 @@ func TestResolveProviders(t *testing.T) {
 			err: "providers[0].api_version: is required for an azure provider\nproviders[0].models[0].deployment: is required for an azure provider"},
 		{name: "limits", edit: with(edited(openai(), func(p *ProviderSection) { p.Limits = RateSection{RPM: -1, TPM: -1} })),
 			err: "providers[0].limits.rpm: must not be negative\nproviders[0].limits.tpm: must not be negative"},
+		{name: "engine metrics", edit: with(edited(openai(), func(p *ProviderSection) { p.Kind = "vllm" }),
+			edited(openai(), func(p *ProviderSection) { p.Name, p.Kind, p.MetricsPath = "b", "sglang", "off" }),
+			edited(openai(), func(p *ProviderSection) { p.Name, p.MetricsPath = "c", "/stats/prometheus" })), want: func(s *Runtime) {
+			base := route.Provider{Region: "eu-west", Reach: route.ReachGlobal, Jurisdictions: region.NewSet("eu"),
+				BaseURL: "http://10.0.1.10:8000", APIKey: "provider-secret", RPM: 600,
+				Models: []route.Model{{Name: "llama", Upstream: "meta/llama", InputUSDPerMTok: 0.05}}}
+			a, b, c := base, base, base
+			a.Name, a.Kind, a.MetricsPath = "gpu-eu", route.KindVLLM, "/metrics"
+			b.Name, b.Kind = "b", route.KindSGLang
+			c.Name, c.Kind, c.MetricsPath = "c", route.KindOpenAI, "/stats/prometheus"
+			s.Providers = []route.Provider{a, b, c}
+		}},
+		{name: "engine metrics path", edit: with(edited(openai(), func(p *ProviderSection) { p.MetricsPath = "metrics" })),
+			err: `providers[0].metrics_path: "metrics" must be a path starting with /, or off`},
 		{name: "no models", edit: with(edited(openai(), func(p *ProviderSection) { p.Models = nil })),
 			err: "providers[0].models: at least one model is required"},
 		{name: "models", edit: with(edited(openai(), func(p *ProviderSection) {
