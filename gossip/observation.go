@@ -49,7 +49,24 @@ type Load struct {
 	// window): a peer whose own share is spent forwards there. At most
 	// MaxSpares, most spare first.
 	Spare []Spare
+	// Engines is what the node's scrapes say of the self-hosted
+	// providers it calls: how much room each has, so that a node of
+	// another region can tell whether forwarding there will queue. At
+	// most MaxEngines.
+	Engines []Engine
 }
+
+// Engine is one self-hosted provider's replicas as a node scraped them.
+type Engine struct {
+	Provider string
+	Replicas int // replicas with fresh figures
+	// Running and Waiting are the requests they run and queue, summed.
+	Running, Waiting int
+	KVUsage          float64 // the fullest replica's KV cache, 0 to 1
+}
+
+// MaxEngines bounds the providers one load report's engines name.
+const MaxEngines = 16
 
 // Spare is what is left of one node's rate share of one provider.
 type Spare struct {
@@ -145,6 +162,16 @@ func (l *Load) encode(e *encoder) {
 		e.str(s.Provider)
 		e.uvarint(uint64(max(s.Requests, 0)))
 	}
+	// Added with engine signals: older nodes stop reading here.
+	n = min(len(l.Engines), MaxEngines)
+	e.uvarint(uint64(n))
+	for _, g := range l.Engines[:n] {
+		e.str(g.Provider)
+		e.uvarint(uint64(max(g.Replicas, 0)))
+		e.uvarint(uint64(max(g.Running, 0)))
+		e.uvarint(uint64(max(g.Waiting, 0)))
+		e.uvarint(uint64(math.Round(min(max(g.KVUsage, 0), 1) * 1000))) // per mille
+	}
 }
 
 func decodeLoad(d *decoder) (Load, error) {
@@ -171,8 +198,31 @@ func decodeLoad(d *decoder) (Load, error) {
 			l.Spare = append(l.Spare, s)
 		}
 	}
+	if d.err == nil && len(d.b) > 0 {
+		if err := decodeEngines(d, &l); err != nil {
+			return Load{}, err
+		}
+	}
 	if d.err == nil && l.Observer == "" {
 		return Load{}, fmt.Errorf("gossip: load without observer")
 	}
 	return l, d.err
+}
+
+// decodeEngines reads a load report's engines.
+func decodeEngines(d *decoder, l *Load) error {
+	n := d.uvarint()
+	if n > MaxEngines {
+		return fmt.Errorf("gossip: load names %d engines, more than %d", n, MaxEngines)
+	}
+	for range n {
+		g := Engine{Provider: d.str(), Replicas: int(min(d.uvarint(), math.MaxInt32)),
+			Running: int(min(d.uvarint(), math.MaxInt32)), Waiting: int(min(d.uvarint(), math.MaxInt32)),
+			KVUsage: float64(min(d.uvarint(), 1000)) / 1000}
+		if d.err != nil || g.Provider == "" {
+			break
+		}
+		l.Engines = append(l.Engines, g)
+	}
+	return nil
 }

@@ -33,6 +33,7 @@ func (m *Mesh) publishLoop() {
 	var lastLoad struct {
 		inFlight int
 		spare    []Spare
+		engines  []Engine
 		at       time.Time
 	}
 	var version uint64
@@ -71,12 +72,13 @@ func (m *Mesh) publishLoop() {
 		}
 		if m.load != nil {
 			l := m.load()
-			if now.Sub(lastLoad.at) >= refresh || loadChanged(lastLoad.inFlight, l.InFlight) || sparesChanged(lastLoad.spare, l.Spare) {
+			if now.Sub(lastLoad.at) >= refresh || loadChanged(lastLoad.inFlight, l.InFlight) || sparesChanged(lastLoad.spare, l.Spare) ||
+				enginesChanged(lastLoad.engines, l.Engines) {
 				l.Observer, l.Version, l.TTL = m.cfg.Name, next(now), m.cfg.ObservationTTL
 				if m.st.mergeLoad(l, now) {
 					m.queueLoad(m.st.loadRecordOf(l.Observer))
 				}
-				lastLoad.inFlight, lastLoad.spare, lastLoad.at = l.InFlight, l.Spare, now
+				lastLoad.inFlight, lastLoad.spare, lastLoad.engines, lastLoad.at = l.InFlight, l.Spare, l.Engines, now
 			}
 		}
 	}
@@ -135,6 +137,24 @@ func sparesChanged(prev, cur []Spare) bool {
 		p, c := prev[i], cur[i]
 		if p.Provider != c.Provider || (p.Requests == 0) != (c.Requests == 0) ||
 			float64(abs(c.Requests-p.Requests)) > 0.2*float64(max(p.Requests, 1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// enginesChanged reports whether a self-hosted provider's room moved
+// enough to tell: replicas came or went, its queue started or emptied or
+// moved by a fifth, or its KV cache moved by a tenth.
+func enginesChanged(prev, cur []Engine) bool {
+	if len(prev) != len(cur) {
+		return true
+	}
+	for i := range cur {
+		p, c := prev[i], cur[i]
+		if p.Provider != c.Provider || p.Replicas != c.Replicas || (p.Waiting == 0) != (c.Waiting == 0) ||
+			float64(abs(c.Waiting-p.Waiting)) > 0.2*float64(max(p.Waiting, 1)) ||
+			loadChanged(p.Running, c.Running) || math.Abs(c.KVUsage-p.KVUsage) >= 0.1 {
 			return true
 		}
 	}

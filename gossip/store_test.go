@@ -119,12 +119,23 @@ func TestObservationWireRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v (%v)", got, o, err)
 	}
 	l := Load{Observer: "eu-1", Version: 7, TTL: time.Second, InFlight: 12, Queue: 3,
-		Spare: []Spare{{Provider: "openai-us", Requests: 120}, {Provider: "gpu-eu", Requests: 0}}}
+		Spare:   []Spare{{Provider: "openai-us", Requests: 120}, {Provider: "gpu-eu", Requests: 0}},
+		Engines: []Engine{{Provider: "gpu-eu", Replicas: 4, Running: 60, Waiting: 9, KVUsage: 0.875}}}
 	e.b = nil
 	l.encode(&e)
 	d = decoder{b: e.b[1:]}
 	if gl, err := decodeLoad(&d); err != nil || !reflect.DeepEqual(gl, l) {
 		t.Fatalf("load round trip: %+v %v", gl, err)
+	}
+	// A report of a node before engine signals, with spares only, still
+	// decodes.
+	e.b = nil
+	spares := l
+	spares.Engines = nil
+	spares.encode(&e)
+	d = decoder{b: e.b[1 : len(e.b)-1]} // its last byte: the count of engines, 0
+	if gl, err := decodeLoad(&d); err != nil || !reflect.DeepEqual(gl, spares) {
+		t.Fatalf("a load without engines: %+v %v", gl, err)
 	}
 	// A report of an older node, without spare shares, still decodes.
 	var old encoder

@@ -94,3 +94,32 @@ func TestEngineMetricsAreScraped(t *testing.T) {
 		})
 	}
 }
+
+// A node's load report tells the mesh the room of the self-hosted
+// providers it scrapes: the us node sees the eu GPU cluster's queue from
+// gossip alone.
+func TestEngineRoomIsGossiped(t *testing.T) {
+	f := startNode(t, []upstream{{name: "emu", kind: "openai"}}, nil)
+	front, base := startEngineFront(t, f.emus["emu"].URL())
+	front.set("vllm:num_requests_running 12\nvllm:num_requests_waiting 5\nvllm:kv_cache_usage_perc 0.9\n", false)
+	m := startMesh(t, 2, nil, func(i int, c *node.Config) {
+		c.Providers = []node.ProviderSection{{Name: "gpu-eu", Kind: "vllm", Region: "eu-west", Reach: "region", BaseURL: base,
+			Models: []node.ModelSection{{Name: "gpt-4o-mini", InputUSDPerMTok: 0.1, OutputUSDPerMTok: 0.1}}}}
+	})
+	us := m.nodes[1] // node-1 is in us-east: it scrapes nothing of eu-west's
+	wait.For(t, 15*time.Second, "node-0's report of gpu-eu at node-1", func() bool {
+		for name, l := range us.Mesh().Loads() {
+			for _, g := range l.Engines {
+				if name == "node-0" && g.Provider == "gpu-eu" && g.Replicas == 1 && g.Running == 12 && g.Waiting == 5 && g.KVUsage == 0.9 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	for name, l := range us.Mesh().Loads() {
+		if name == "node-1" && len(l.Engines) != 0 {
+			t.Fatalf("node-1 scraped a provider of another region: %+v", l.Engines)
+		}
+	}
+}

@@ -160,6 +160,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		return nil, err
 	}
 	n.tracker = n.newHealthTracker()
+	n.engines = n.newEngines(opts.Registry) // before the mesh, whose load reports read it
 	health, err := n.buildMesh(opts)
 	if err != nil {
 		return nil, err
@@ -168,7 +169,6 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.engines = n.newEngines(opts.Registry)
 	n.buildRequestPath(catalog, health, quota, budget)
 	n.probes = n.newProber()
 	n.srv = n.newHTTPServer()

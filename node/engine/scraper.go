@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,4 +259,42 @@ func (s *Scraper) replicaLocked(r *replica) route.EngineLoad {
 		l.Stale = true
 	}
 	return l
+}
+
+// Summary is one provider's replicas with fresh figures, summed: what a
+// node tells the mesh of the room a self-hosted provider has.
+type Summary struct {
+	Provider         string
+	Replicas         int
+	Running, Waiting int
+	KVUsage          float64 // the fullest replica's
+}
+
+// Summaries sums each provider's fresh replicas, in provider order; a
+// provider with none fresh is left out.
+func (s *Scraper) Summaries() []Summary {
+	s.mu.RLock()
+	by := map[string]*Summary{}
+	for k, r := range s.state {
+		l := s.replicaLocked(r)
+		if l.Stale {
+			continue
+		}
+		sum := by[k.provider]
+		if sum == nil {
+			sum = &Summary{Provider: k.provider}
+			by[k.provider] = sum
+		}
+		sum.Replicas++
+		sum.Running += l.Running
+		sum.Waiting += l.Waiting
+		sum.KVUsage = max(sum.KVUsage, l.KVUsage)
+	}
+	s.mu.RUnlock()
+	out := make([]Summary, 0, len(by))
+	for _, sum := range by {
+		out = append(out, *sum)
+	}
+	slices.SortFunc(out, func(a, b Summary) int { return strings.Compare(a.Provider, b.Provider) })
+	return out
 }
