@@ -44,6 +44,10 @@ type Meta struct {
 	HTTP         string    // host:port of its HTTP API
 	Build        string    // build version
 	Raft         string    // host:port of its Raft transport (voters)
+	// APIs is the set of endpoints the node serves a forward of, one bit
+	// an endpoint (route.API); 0 from a node before it was gossiped,
+	// which serves chat alone.
+	APIs uint64
 }
 
 // MetaLimit is the most bytes memberlist carries as node metadata.
@@ -67,6 +71,7 @@ func (m Meta) Encode() ([]byte, error) {
 	e.str(m.HTTP)
 	e.str(m.Build)
 	e.str(m.Raft)
+	e.uvarint(m.APIs)
 	if len(e.b) > MetaLimit {
 		return nil, fmt.Errorf("%w (%d bytes)", ErrMetaTooLarge, len(e.b))
 	}
@@ -90,6 +95,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 	}
 	if d.err == nil && len(d.b) > 0 { // added after the first release
 		m.Raft = d.str()
+	}
+	if d.err == nil && len(d.b) > 0 { // added with the Responses API
+		m.APIs = d.uvarint()
 	}
 	if d.err != nil {
 		return Meta{}, fmt.Errorf("gossip: decode metadata: %w", d.err)

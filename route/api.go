@@ -23,6 +23,15 @@ const (
 	APIResponses
 )
 
+// ServedAPIs is the set of APIs this build serves, one bit an API: what
+// a node gossips (gossip.Meta.APIs), so that a peer forwards it only the
+// requests it can read.
+const ServedAPIs = 1<<APIChat | 1<<APIEmbeddings | 1<<APICompletions | 1<<APIMessages | 1<<APIResponses
+
+// In reports whether a node gossiping apis serves a forward of a: chat
+// always, as a node from before the set was gossiped (apis 0) does.
+func (a API) In(apis uint64) bool { return a == APIChat || apis&(1<<a) != 0 }
+
 // String is the API's name in metrics, decisions and the audit trail.
 func (a API) String() string {
 	switch a {

@@ -172,7 +172,7 @@ type MeshView interface {
 	// Via returns the alive, non-draining node of region nearest by
 	// coordinate RTT and least loaded, and the estimated RTT to it; ok is
 	// false when the region has none.
-	Via(region string) (node string, rtt time.Duration, ok bool)
+	Via(region string, api API) (node string, rtt time.Duration, ok bool)
 }
 
 // SpareView finds peers with unspent rate share of a provider, for a
@@ -294,9 +294,9 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 				plan.skip(pv.Name, "reachable only from region "+pv.Region, false, 0)
 				continue
 			}
-			node, rtt, ok := p.Mesh.Via(pv.Region)
+			node, rtt, ok := p.Mesh.Via(pv.Region, req.Chat.API)
 			if !ok {
-				plan.skip(pv.Name, "no node of region "+pv.Region+" is available to call it", false, 0)
+				plan.skip(pv.Name, "no node of region "+pv.Region+" that serves the "+req.Chat.API.String()+" API is available to call it", false, 0)
 				continue
 			}
 			t.Via, t.ViaRegion, t.ViaRTT = node, pv.Region, rtt

@@ -192,7 +192,7 @@ const maxPlanAllocs = 8
 // fakeMesh is a MeshView of fixed via nodes by region.
 type fakeMesh map[string]string
 
-func (m fakeMesh) Via(r string) (string, time.Duration, bool) {
+func (m fakeMesh) Via(r string, _ API) (string, time.Duration, bool) {
 	n, ok := m[r]
 	return n, 20 * time.Millisecond, ok
 }

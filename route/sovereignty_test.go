@@ -73,7 +73,7 @@ func (tp *topology) jurisdiction(regionName string) region.Jurisdiction {
 
 // Via implements MeshView the way gossip does: the nearest alive,
 // non-draining node of the region.
-func (tp *topology) Via(regionName string) (string, time.Duration, bool) {
+func (tp *topology) Via(regionName string, _ API) (string, time.Duration, bool) {
 	best := -1
 	for i, n := range tp.nodes {
 		if n.region == regionName && !n.down && !n.draining && (best < 0 || n.rtt < tp.nodes[best].rtt) {

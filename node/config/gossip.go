@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/route"
 )
 
 // resolveGossip is the membership's configuration: its address, seeds,
@@ -27,7 +28,7 @@ func resolveGossip(c *File, env Env, s *Runtime, p *problems) {
 	}
 	g := gossip.DefaultConfig(n.Name)
 	g.Seeds, g.Label, g.AdvertiseAddr = n.Join, n.Cluster, s.Advertise
-	g.Meta = gossip.Meta{Region: s.Region, Jurisdiction: s.Jurisdiction, Voter: s.Voter, RPC: s.RPCAddr}
+	g.Meta = gossip.Meta{Region: s.Region, Jurisdiction: s.Jurisdiction, Voter: s.Voter, RPC: s.RPCAddr, APIs: route.ServedAPIs}
 	if g.BindAddr = host; g.BindAddr == "" {
 		g.BindAddr = "0.0.0.0"
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/gossip"
+	"github.com/llmesh/llmesh/route"
 )
 
 func TestResolveGossip(t *testing.T) {
@@ -17,7 +18,7 @@ func TestResolveGossip(t *testing.T) {
 			g := gossip.DefaultConfig("eu-1")
 			g.BindAddr, g.BindPort, g.AdvertiseAddr = "0.0.0.0", 7946, "10.0.0.5"
 			g.Seeds, g.Label, g.SecretKey = []string{"10.0.0.6:7946"}, "prod", key
-			g.Meta = gossip.Meta{Region: "eu-west", Jurisdiction: "eu", Voter: true, RPC: "10.0.0.5:7070"}
+			g.Meta = gossip.Meta{Region: "eu-west", Jurisdiction: "eu", Voter: true, RPC: "10.0.0.5:7070", APIs: route.ServedAPIs}
 			s.Gossip = &g
 		}
 	}

@@ -56,9 +56,14 @@ type spareNode struct {
 	requests     int
 }
 
-// Via implements route.MeshView.
-func (v *View) Via(regionName string) (string, time.Duration, bool) {
-	cs := v.snapshot().byRegion[regionName]
+// Via implements route.MeshView: the nearest, least loaded node of the
+// region that serves a forward of api.
+func (v *View) Via(regionName string, api route.API) (string, time.Duration, bool) {
+	snap := v.snapshot()
+	cs := snap.byRegion[regionName]
+	if api != route.APIChat {
+		cs = slices.DeleteFunc(slices.Clone(cs), func(c region.Candidate) bool { return !api.In(snap.byName[c.Name].Meta.APIs) })
+	}
 	i := region.Nearest(cs)
 	if i < 0 {
 		return "", 0, false

@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/region"
+	"github.com/llmesh/llmesh/route"
 )
 
 func member(name, reg, j, rpc string, rtt time.Duration) gossip.Member {
@@ -39,16 +40,30 @@ func testMesh() *fakeMesh {
 }
 
 // The via node of a region is an alive member that takes forwards,
-// never this node, a draining one or one without node.rpc.
+// never this node, a draining one or one without node.rpc; for another
+// endpoint than chat, one that gossips that it serves it (a node of an
+// earlier version serves chat alone).
 func TestViewVia(t *testing.T) {
-	v := NewView(testMesh())
-	if name, rtt, ok := v.Via("eu"); !ok || name != "eu-near" || rtt != 10*time.Millisecond {
+	mesh := testMesh()
+	for i := range mesh.members {
+		if mesh.members[i].Name == "eu-far" {
+			mesh.members[i].Meta.APIs = route.ServedAPIs
+		}
+	}
+	v := NewView(mesh)
+	if name, rtt, ok := v.Via("eu", route.APIChat); !ok || name != "eu-near" || rtt != 10*time.Millisecond {
 		t.Fatalf("via eu: %s %v %v", name, rtt, ok)
 	}
-	if name, _, ok := v.Via("us"); !ok || name != "us-1" {
+	if name, _, ok := v.Via("eu", route.APIResponses); !ok || name != "eu-far" {
+		t.Fatalf("via eu for responses: %s %v; want the one node that serves it", name, ok)
+	}
+	if name, _, ok := v.Via("us", route.APIChat); !ok || name != "us-1" {
 		t.Fatalf("via us: %s %v", name, ok)
 	}
-	if _, _, ok := v.Via("ap"); ok {
+	if _, _, ok := v.Via("us", route.APIEmbeddings); ok {
+		t.Fatal("an earlier version's node is the via node of embeddings")
+	}
+	if _, _, ok := v.Via("ap", route.APIChat); ok {
 		t.Fatal("a region without nodes has a via node")
 	}
 }

@@ -3,6 +3,8 @@ package des
 import (
 	"slices"
 	"time"
+
+	"github.com/llmesh/llmesh/route"
 )
 
 // cut reports whether regions a and b cannot reach each other at t.
@@ -37,7 +39,7 @@ type meshView struct {
 	from string
 }
 
-func (v meshView) Via(r string) (string, time.Duration, bool) {
+func (v meshView) Via(r string, _ route.API) (string, time.Duration, bool) {
 	nodes := v.w.byRegion[r]
 	if len(nodes) == 0 || v.w.cut(v.from, r, v.w.now-detectAfter) && v.w.cut(v.from, r, v.w.now) {
 		return "", 0, false
