@@ -59,14 +59,15 @@ type Report struct {
 	// whole non-streamed answer: they feed the latency averages.
 	TTFT, Total time.Duration
 	// Answered means the provider accepted the request (200): it may bill
-	// for it. Known means Usage is known.
-	Answered, Known bool
-	Usage           Usage
+	// for it. Known means Usage is known, and Counted that the node
+	// counted it itself (the provider reported none).
+	Answered, Known, Counted bool
+	Usage                    Usage
 }
 
 // Settled is what settling charged.
 type Settled struct {
-	Usage    Usage   // the usage charged, negative counts cleared
+	Usage    Usage   // the usage charged, cleaned (Usage.Clean)
 	Cost     float64 // USD
 	Cooldown time.Duration
 }
@@ -188,6 +189,12 @@ func (tk *Ticket) Report(r Report) time.Duration {
 		}
 		return 0
 	}
+	if tk.tracked && r.Outcome == OutcomeOK && r.Known && !r.Counted && tk.t.Offer.Model.API != APIEmbeddings {
+		// The provider's own word on its prompt cache; an embedding has
+		// none, and a count of the node's own knows nothing of it.
+		u := r.Usage.Clean()
+		e.tracker.PromptCache(tk.t.Provider(), u.PromptTokens, u.CachedTokens)
+	}
 	if tk.quota && r.Outcome == OutcomeRateLimited {
 		// The provider's own 429 (this node called it). A peer's
 		// refusal of a forward is not one, and never gets here.
@@ -224,8 +231,8 @@ func (tk *Ticket) Spend(r Report) Settled {
 	}
 	tk.spent = true
 	t := tk.t
-	u := Usage{PromptTokens: max(r.Usage.PromptTokens, 0), CompletionTokens: max(r.Usage.CompletionTokens, 0)}
-	cost := t.Offer.Model.Cost(u.PromptTokens, u.CompletionTokens)
+	u := r.Usage.Clean()
+	cost := t.Offer.Model.Cost(u)
 	used := u.PromptTokens + u.CompletionTokens
 	if r.Answered && !r.Known {
 		cost, used = t.MaxCost, t.Tokens

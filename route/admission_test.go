@@ -152,7 +152,7 @@ func TestTicketSettlesOnce(t *testing.T) {
 	}
 	r := Report{Outcome: OutcomeOK, Answered: true, Known: true, Usage: Usage{PromptTokens: 30, CompletionTokens: 20}}
 	s := tk.Settle(r)
-	want := f.target.Offer.Model.Cost(30, 20)
+	want := f.target.Offer.Model.Cost(Usage{PromptTokens: 30, CompletionTokens: 20})
 	if s.Cost != want || s.Usage != r.Usage {
 		t.Fatalf("settled %+v, want cost %g", s, want)
 	}

@@ -104,6 +104,10 @@ type Model struct {
 	Deployment       string  // Azure deployment serving it
 	InputUSDPerMTok  float64 // price of a million prompt tokens
 	OutputUSDPerMTok float64 // price of a million completion tokens
+	// CachedInputUSDPerMTok is the price of a million prompt tokens the
+	// provider served from its prompt cache; nil: InputUSDPerMTok, no
+	// discount (so a model built without it is never charged less).
+	CachedInputUSDPerMTok *float64
 	// MaxOutputTokens bounds a completion when the request gives no
 	// max_tokens; it prices the worst case of such requests.
 	MaxOutputTokens int
@@ -115,9 +119,32 @@ type Model struct {
 // DefaultMaxOutputTokens is Model.MaxOutputTokens when not configured.
 const DefaultMaxOutputTokens = 4096
 
-// Cost returns the price in USD of prompt and completion tokens.
-func (m *Model) Cost(prompt, completion int) float64 {
-	return (float64(prompt)*m.InputUSDPerMTok + float64(completion)*m.OutputUSDPerMTok) / 1e6
+// CachedInputPrice is the price of a million cached prompt tokens.
+func (m *Model) CachedInputPrice() float64 {
+	if m.CachedInputUSDPerMTok == nil {
+		return m.InputUSDPerMTok
+	}
+	return *m.CachedInputUSDPerMTok
+}
+
+// Cost returns the price in USD of an answer's usage: its prompt tokens
+// less the cached ones at the input price, the cached ones at the cached
+// input price, its completion at the output price. Usage is cleaned
+// first (Usage.Clean).
+func (m *Model) Cost(u Usage) float64 {
+	u = u.Clean()
+	return (float64(u.PromptTokens-u.CachedTokens)*m.InputUSDPerMTok + float64(u.CachedTokens)*m.CachedInputPrice() +
+		float64(u.CompletionTokens)*m.OutputUSDPerMTok) / 1e6
+}
+
+// ExpectedCost returns the price in USD of prompt tokens of which a
+// fraction hit (0 to 1) is expected from the provider's cache, and of
+// completion tokens: what the planner ranks by. It is no bound: a
+// reservation prices the prompt uncached (Cost with no cached tokens).
+func (m *Model) ExpectedCost(prompt int, hit float64, completion int) float64 {
+	hit = min(max(hit, 0), 1)
+	p := float64(max(prompt, 0))
+	return (p*(1-hit)*m.InputUSDPerMTok + p*hit*m.CachedInputPrice() + float64(max(completion, 0))*m.OutputUSDPerMTok) / 1e6
 }
 
 // Offer is one provider serving one model, with its endpoints resolved.

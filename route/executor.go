@@ -70,22 +70,49 @@ type Observer interface {
 type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
+	// CachedTokens are the prompt tokens the provider served from its
+	// prompt cache, part of PromptTokens: priced at the model's cached
+	// input price.
+	CachedTokens int `json:"cached_tokens"`
 }
 
-// UnmarshalJSON reads chat's usage (prompt_tokens, completion_tokens) or
-// the Responses API's (input_tokens, output_tokens).
+// UnmarshalJSON reads chat's usage (prompt_tokens, completion_tokens and
+// prompt_tokens_details.cached_tokens) or the Responses API's
+// (input_tokens, output_tokens and input_tokens_details.cached_tokens).
+// An Anthropic provider's cache reads arrive here as chat's cached
+// tokens (route/anthropic translates its usage).
 func (u *Usage) UnmarshalJSON(b []byte) error {
+	type details struct {
+		CachedTokens int `json:"cached_tokens"`
+	}
 	var w struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		InputTokens      int `json:"input_tokens"`
-		OutputTokens     int `json:"output_tokens"`
+		PromptTokens       int      `json:"prompt_tokens"`
+		CompletionTokens   int      `json:"completion_tokens"`
+		PromptDetails      *details `json:"prompt_tokens_details"`
+		InputTokens        int      `json:"input_tokens"`
+		OutputTokens       int      `json:"output_tokens"`
+		InputTokensDetails *details `json:"input_tokens_details"`
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
 	*u = Usage{PromptTokens: w.PromptTokens + w.InputTokens, CompletionTokens: w.CompletionTokens + w.OutputTokens}
+	if d := w.PromptDetails; d != nil {
+		u.CachedTokens += d.CachedTokens
+	}
+	if d := w.InputTokensDetails; d != nil {
+		u.CachedTokens += d.CachedTokens
+	}
 	return nil
+}
+
+// Clean returns u with negative counts cleared and no more cached
+// tokens than prompt tokens: what an answer is charged for, whatever a
+// provider reported.
+func (u Usage) Clean() Usage {
+	u.PromptTokens, u.CompletionTokens = max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
+	u.CachedTokens = min(max(u.CachedTokens, 0), u.PromptTokens)
+	return u
 }
 
 // Attempt is one try of one target.
@@ -459,7 +486,7 @@ type attemptResult struct {
 // report is what the attempt's ticket settles.
 func (a *attemptResult) report() Report {
 	return Report{Outcome: a.Outcome, RetryAfter: a.retryAfter, TTFT: a.ttft, Total: a.total,
-		Answered: a.answered, Known: a.known, Usage: a.usage}
+		Answered: a.answered, Known: a.known, Counted: a.counted, Usage: a.usage}
 }
 
 func (a *attemptResult) short() string {

@@ -26,6 +26,11 @@ type Health struct {
 	// while this node has no recent success of its own: it is ranked
 	// below healthy providers rather than tried first.
 	Degraded bool
+	// CacheHit is the share of prompt tokens the provider served from
+	// its prompt cache in this node's recent answers from it, 0 to 1
+	// (Tracker.PromptCache); 0 when none reported cached tokens. The
+	// planner expects that share of a prompt cached.
+	CacheHit float64
 }
 
 // HealthView is the planner's read-only view of provider health. A node's
@@ -89,6 +94,10 @@ type providerState struct {
 	// remaining requests and tokens in the provider's current rate window,
 	// from its x-ratelimit-remaining-* headers; -1 when unknown.
 	remainingReq, remainingTok int64
+	// prompt and cached are decayed sums of answers' prompt tokens and
+	// of those served from the provider's cache; their ratio is the
+	// cache hit ratio.
+	prompt, cached float64
 }
 
 // TrackerHooks are told of changes, outside any lock. Either may be nil.
@@ -147,6 +156,9 @@ func (s *providerState) health(now time.Time) Health {
 	}
 	if now.Before(s.coolingUntil) {
 		h.CoolingUntil = s.coolingUntil
+	}
+	if s.prompt > 0 {
+		h.CacheHit = min(s.cached/s.prompt, 1)
 	}
 	return h
 }
@@ -286,6 +298,26 @@ func (t *Tracker) RateWindow(provider string, requests, tokens int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.remainingReq, s.remainingTok = requests, tokens
+}
+
+// PromptCache records an answer's usage as the provider reported it:
+// prompt tokens, cached of them. The hit ratio (Health.CacheHit) is the
+// ratio of two sums, of cached and of prompt tokens, each decayed by
+// Alpha at every answer: recent answers weigh most, and a long prompt
+// more than a short one, as it does in what the cache saves. Answers
+// are counted, not timed, so the ratio is deterministic.
+func (t *Tracker) PromptCache(provider string, prompt, cached int) {
+	if prompt <= 0 {
+		return
+	}
+	cached = min(max(cached, 0), prompt)
+	s := t.state(provider)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Both sums start at zero and decay alike, so their ratio is a true
+	// weighted mean from the first answer on.
+	s.prompt = ewma(s.prompt, float64(prompt), t.cfg.Alpha)
+	s.cached = ewma(s.cached, float64(cached), t.cfg.Alpha)
 }
 
 // ProviderState is everything the Tracker knows of one provider, for

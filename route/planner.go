@@ -62,9 +62,11 @@ type Target struct {
 	// ViaRegion is Via's region and ViaRTT the estimated round trip to it.
 	ViaRegion string
 	ViaRTT    time.Duration
-	// Cost is the expected price in USD: the estimated prompt plus the
-	// largest completion the request allows. MaxCost is a true upper
-	// bound, what a budget reservation must cover.
+	// Cost is the expected price in USD: the estimated prompt, the share
+	// of it the provider's cache has been serving (Health.CacheHit) at
+	// the cached input price, plus the largest completion the request
+	// allows. MaxCost is a true upper bound, what a budget reservation
+	// must cover: it assumes no cache hit.
 	Cost, MaxCost float64
 	// Tokens is what the attempt counts against the provider's TPM.
 	Tokens int
@@ -124,7 +126,7 @@ type Policy interface {
 
 // CostFirst is the default policy: the session's sticky provider first,
 // providers the mesh sees failing after the others, then lowest expected
-// cost, then lowest expected latency (time to first token for streams, to
+// cost (a warm prompt cache makes a provider cheaper), then lowest expected latency (time to first token for streams, to
 // the whole answer otherwise, plus the round trip to a via node; a
 // provider not yet observed counts as fast, so it gets tried), then
 // priority, then name for a stable order.
@@ -310,10 +312,12 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 			out = req.Chat.Choices() * req.Chat.MaxTokens
 		}
 		plan.OutputTokens = max(plan.OutputTokens, out)
-		t.Cost = o.Model.Cost(plan.PromptTokens, out)
-		t.MaxCost = o.Model.Cost(plan.PromptUpper, out)
-		t.Tokens = plan.PromptTokens + out
 		t.Health = p.Health.Health(pv.Name, now)
+		// The expected cost counts the share of the prompt the provider's
+		// cache has been serving; the bound assumes none of it cached.
+		t.Cost = o.Model.ExpectedCost(plan.PromptTokens, t.Health.CacheHit, out)
+		t.MaxCost = o.Model.Cost(Usage{PromptTokens: plan.PromptUpper, CompletionTokens: out})
+		t.Tokens = plan.PromptTokens + out
 		t.Sticky = pv.Name == sticky
 		t.Hinted = req.Hint != "" && pv.Name == req.Hint
 		switch {

@@ -23,8 +23,8 @@ func (e *Executor) Probe(ctx context.Context, o *Offer) (*Result, error) {
 	prompt, upper := chat.PromptEstimate()
 	plan := &Plan{Policy: "probe", PromptTokens: prompt, PromptUpper: upper, OutputTokens: 1, Targets: []Target{{
 		Offer:   o,
-		Cost:    o.Model.Cost(prompt, 1),
-		MaxCost: o.Model.Cost(upper, 1),
+		Cost:    o.Model.Cost(Usage{PromptTokens: prompt, CompletionTokens: 1}),
+		MaxCost: o.Model.Cost(Usage{PromptTokens: upper, CompletionTokens: 1}),
 		Tokens:  prompt + 1,
 	}}}
 	return e.Execute(ctx, req, plan, &discardSink{header: http.Header{}})

@@ -92,7 +92,7 @@ func TestChunkInspection(t *testing.T) {
 	// Content that mentions a usage key before the real one, with
 	// details, and chunks that are cut short or broken.
 	mention := `{"choices":[],"x":"a,\"usage\":{\"prompt_tokens\":9}","usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":1}}}`
-	if u, ok := chunkUsage([]byte(mention)); !ok || u != (Usage{PromptTokens: 3, CompletionTokens: 4}) || !isUsageOnly([]byte(mention)) {
+	if u, ok := chunkUsage([]byte(mention)); !ok || u != (Usage{PromptTokens: 3, CompletionTokens: 4, CachedTokens: 1}) || !isUsageOnly([]byte(mention)) {
 		t.Fatalf("usage after a mention: %+v %v", u, ok)
 	}
 	for _, bad := range []string{`{"usage":{"prompt_tokens":3`, `{"usage":`, `{"usage"`, `{"usage":{"prompt_tokens":"3"}}`, `{"usage":{"a":"}`} {

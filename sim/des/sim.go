@@ -300,7 +300,7 @@ func (r *simRequest) try(a int, t *route.Target) verdict {
 	gen := time.Duration(float64(r.completion) / spec.TokensPerSecond * float64(time.Second))
 	tk.Report(route.Report{Outcome: route.OutcomeOK, TTFT: ttft, Total: ttft + gen})
 	tk.Seat(r.s.key)
-	cost := t.Offer.Model.Cost(r.prompt, r.completion)
+	cost := t.Offer.Model.Cost(route.Usage{PromptTokens: r.prompt, CompletionTokens: r.completion})
 	total := w.elapsed + hop + ttft + gen
 	replica := -1
 	if t.Offer.Provider.Ring != nil {
