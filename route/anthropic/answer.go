@@ -15,10 +15,28 @@ type chatAnswer struct {
 			ToolCalls []chatToolCall `json:"tool_calls"`
 		} `json:"message"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *chatUsage `json:"usage"`
+}
+
+// chatUsage is a chat completion's usage, as the node relays it.
+type chatUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// messages is u in a Message's terms: Anthropic's input_tokens leaves
+// out the tokens read from the cache, which cache_read_input_tokens
+// counts. What chat's usage cannot tell apart (tokens written to the
+// cache) stays in input_tokens.
+func (u *chatUsage) messages() usage {
+	cached := 0
+	if d := u.PromptTokensDetails; d != nil {
+		cached = min(max(d.CachedTokens, 0), max(u.PromptTokens, 0))
+	}
+	return usage{InputTokens: u.PromptTokens - cached, OutputTokens: u.CompletionTokens, CacheReadInputTokens: cached}
 }
 
 type outBlock struct {
@@ -29,9 +47,14 @@ type outBlock struct {
 	Input json.RawMessage `json:"input,omitempty"`
 }
 
+// usage is a Message's usage. InputTokens excludes the prompt tokens
+// read from the cache (CacheReadInputTokens) and those written to it
+// (CacheCreationInputTokens): the prompt is the three together.
 type usage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	InputTokens              int `json:"input_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
 }
 
 type message struct {
@@ -87,7 +110,7 @@ func FromChat(answer []byte, model string) ([]byte, error) {
 	sr := stopReason(c.FinishReason)
 	m.StopReason = &sr
 	if a.Usage != nil {
-		m.Usage = usage{InputTokens: a.Usage.PromptTokens, OutputTokens: a.Usage.CompletionTokens}
+		m.Usage = a.Usage.messages()
 	}
 	return json.Marshal(m)
 }

@@ -38,8 +38,14 @@ type anthMessage struct {
 
 func chatID(msgID string) string { return "chatcmpl-" + strings.TrimPrefix(msgID, "msg_") }
 
-func chatUsage(u usage) map[string]int {
-	return map[string]int{"prompt_tokens": u.InputTokens, "completion_tokens": u.OutputTokens, "total_tokens": u.InputTokens + u.OutputTokens}
+// toChatUsage is a Message's usage in chat's terms: the prompt is the
+// input tokens, those read from the cache and those written to it (all
+// three priced at the model's input price but the cache reads, chat's
+// cached_tokens, at its cached input price).
+func toChatUsage(u usage) map[string]any {
+	prompt := u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+	return map[string]any{"prompt_tokens": prompt, "completion_tokens": u.OutputTokens, "total_tokens": prompt + u.OutputTokens,
+		"prompt_tokens_details": map[string]int{"cached_tokens": u.CacheReadInputTokens}}
 }
 
 // ToChatAnswer translates a whole Message into a chat completion.
@@ -65,7 +71,7 @@ func ToChatAnswer(body []byte) ([]byte, error) {
 	}
 	return json.Marshal(map[string]any{"id": chatID(m.ID), "object": "chat.completion", "created": time.Now().Unix(), "model": m.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finishReason(m.StopReason)}},
-		"usage":   chatUsage(m.Usage)})
+		"usage":   toChatUsage(m.Usage)})
 }
 
 // ToOpenAIError translates an Anthropic error document into OpenAI's
@@ -199,10 +205,18 @@ func (s *chatStream) data(data []byte) {
 				"function": map[string]string{"arguments": ev.Delta.PartialJSON}}}}, nil)
 		}
 	case "message_delta":
-		if ev.Usage != nil {
-			s.usage.OutputTokens = ev.Usage.OutputTokens
-			if ev.Usage.InputTokens > 0 {
-				s.usage.InputTokens = ev.Usage.InputTokens
+		if u := ev.Usage; u != nil {
+			// message_delta's counts are cumulative; the input's may be
+			// left out (message_start gave them).
+			s.usage.OutputTokens = u.OutputTokens
+			if u.InputTokens > 0 {
+				s.usage.InputTokens = u.InputTokens
+			}
+			if u.CacheReadInputTokens > 0 {
+				s.usage.CacheReadInputTokens = u.CacheReadInputTokens
+			}
+			if u.CacheCreationInputTokens > 0 {
+				s.usage.CacheCreationInputTokens = u.CacheCreationInputTokens
 			}
 		}
 		if ev.Delta.StopReason != "" {
@@ -210,7 +224,7 @@ func (s *chatStream) data(data []byte) {
 		}
 	case "message_stop":
 		b, _ := json.Marshal(map[string]any{"id": s.id, "object": "chat.completion.chunk", "created": s.created, "model": s.model,
-			"choices": []any{}, "usage": chatUsage(s.usage)})
+			"choices": []any{}, "usage": toChatUsage(s.usage)})
 		s.emit(b)
 		s.out.WriteString("data: [DONE]\n\n")
 		s.done = true

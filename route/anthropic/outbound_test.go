@@ -67,7 +67,7 @@ func TestStreamReader(t *testing.T) {
 	}
 	out := string(b)
 	for _, want := range []string{`"id":"chatcmpl-1"`, `"delta":{"content":"Hi"}`, `"finish_reason":"stop"`,
-		`"usage":{"completion_tokens":1,"prompt_tokens":5,"total_tokens":6}`, "data: [DONE]\n\n"} {
+		`"usage":{"completion_tokens":1,"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":0},"total_tokens":6}`, "data: [DONE]\n\n"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("missing %s in\n%s", want, out)
 		}

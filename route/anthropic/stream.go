@@ -41,10 +41,7 @@ type chatChunk struct {
 			} `json:"tool_calls"`
 		} `json:"delta"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *chatUsage      `json:"usage"`
 	Error json.RawMessage `json:"error"`
 }
 
@@ -106,7 +103,7 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 		}
 	}
 	if c.Usage != nil {
-		s.usage = usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}
+		s.usage = c.Usage.messages()
 	}
 	return dst
 }
