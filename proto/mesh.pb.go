@@ -552,8 +552,11 @@ type Trailer struct {
 	TtftNs           int64                  `protobuf:"varint,6,opt,name=ttft_ns,json=ttftNs,proto3" json:"ttft_ns,omitempty"`
 	Truncated        bool                   `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`                 // a stream broke after its first byte
 	ErrorCode        string                 `protobuf:"bytes,8,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"` // the OpenAI error code of a refusal
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cached_tokens are the prompt tokens the provider served from its
+	// prompt cache (0 from an older node).
+	CachedTokens  int64 `protobuf:"varint,9,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Trailer) Reset() {
@@ -642,6 +645,13 @@ func (x *Trailer) GetErrorCode() string {
 	return ""
 }
 
+func (x *Trailer) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
 var File_mesh_proto protoreflect.FileDescriptor
 
 const file_mesh_proto_rawDesc = "" +
@@ -686,7 +696,7 @@ const file_mesh_proto_rawDesc = "" +
 	"\aheaders\x18\x02 \x03(\v2\x1c.llmesh.v1.Head.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
 	"\aTrailer\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -696,7 +706,8 @@ const file_mesh_proto_rawDesc = "" +
 	"\attft_ns\x18\x06 \x01(\x03R\x06ttftNs\x12\x1c\n" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\b \x01(\tR\terrorCode2\xc2\x01\n" +
+	"error_code\x18\b \x01(\tR\terrorCode\x12#\n" +
+	"\rcached_tokens\x18\t \x01(\x03R\fcachedTokens2\xc2\x01\n" +
 	"\x04Mesh\x12?\n" +
 	"\aForward\x12\x19.llmesh.v1.ForwardRequest\x1a\x17.llmesh.v1.ForwardReply0\x01\x12=\n" +
 	"\aObserve\x12\x19.llmesh.v1.ObserveRequest\x1a\x17.llmesh.v1.ObserveReply\x12:\n" +

@@ -314,7 +314,7 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 		case *pb.ForwardReply_Trailer:
 			tr := p.Trailer
 			out.Provider, out.Cost, out.TTFT, out.Truncated = tr.Provider, tr.CostUsd, time.Duration(tr.TtftNs), tr.Truncated
-			out.Usage = route.Usage{PromptTokens: int(tr.PromptTokens), CompletionTokens: int(tr.CompletionTokens)}
+			out.Usage = route.Usage{PromptTokens: int(tr.PromptTokens), CompletionTokens: int(tr.CompletionTokens), CachedTokens: int(tr.CachedTokens)}
 			out.UsageCounted = tr.UsageCounted
 			if err := sink.Flush(); err != nil && !c.delivered.Load() {
 				out.ClientGone = true

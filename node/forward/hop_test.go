@@ -148,7 +148,7 @@ func TestForwardRelaysAnswer(t *testing.T) {
 		sink.Header()["X-Llmesh-Via"] = []string{"far"}
 		sink.WriteHeader(http.StatusOK)
 		_, _ = sink.Write(big)
-		return Answer{Result: &route.Result{Provider: "gpu-eu", Usage: route.Usage{PromptTokens: 7, CompletionTokens: 11},
+		return Answer{Result: &route.Result{Provider: "gpu-eu", Usage: route.Usage{PromptTokens: 7, CompletionTokens: 11, CachedTokens: 5},
 			UsageCounted: true, Cost: 0.25, TTFT: 40 * time.Millisecond, Truncated: true}}
 	})
 	f, sent := newTestForwarder(t, &fakeMesh{members: []gossip.Member{alive("far", "eu", p.addr)}})
@@ -161,7 +161,7 @@ func TestForwardRelaysAnswer(t *testing.T) {
 	if fw.Err != nil || !fw.Committed {
 		t.Fatalf("forwarded %+v", fw)
 	}
-	if fw.Provider != "gpu-eu" || fw.Usage != (route.Usage{PromptTokens: 7, CompletionTokens: 11}) || !fw.UsageCounted ||
+	if fw.Provider != "gpu-eu" || fw.Usage != (route.Usage{PromptTokens: 7, CompletionTokens: 11, CachedTokens: 5}) || !fw.UsageCounted ||
 		fw.Cost != 0.25 || fw.TTFT != 40*time.Millisecond || !fw.Truncated {
 		t.Fatalf("the trailer's report: %+v", fw)
 	}

@@ -76,7 +76,7 @@ func (s *Service) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServer) e
 	res := a.Result
 	return sink.finish(&pb.Trailer{
 		Provider: res.Provider, PromptTokens: int64(res.Usage.PromptTokens), CompletionTokens: int64(res.Usage.CompletionTokens),
-		UsageCounted: res.UsageCounted, CostUsd: res.Cost, TtftNs: int64(res.TTFT), Truncated: res.Truncated,
+		CachedTokens: int64(res.Usage.CachedTokens), UsageCounted: res.UsageCounted, CostUsd: res.Cost, TtftNs: int64(res.TTFT), Truncated: res.Truncated,
 	})
 }
 
