@@ -85,6 +85,30 @@ func TestContractConfigIsAccepted(t *testing.T) {
 	}
 }
 
+// cached_input_usd_per_mtok, as the contract writes it, prices cached
+// prompt tokens; 0 is a free cache, and a model without the key is
+// charged its input price for them.
+func TestCachedInputPrice(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want float64
+	}{{", cached_input_usd_per_mtok: 0.01", 0.01}, {", cached_input_usd_per_mtok: 0", 0}, {"", 0.05}} {
+		doc := strings.Replace(validConfig, "output_usd_per_mtok: 0.10}", "output_usd_per_mtok: 0.10"+tc.key+"}", 1)
+		c, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Resolve(c, testEnvOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := s.Providers[0].Models[0]
+		if got := m.CachedInputPrice(); got != tc.want || (tc.key == "") != (m.CachedInputUSDPerMTok == nil) {
+			t.Errorf("%q: cached price %g (%v), want %g", tc.key, got, m.CachedInputUSDPerMTok, tc.want)
+		}
+	}
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct{ name, edit, want string }{
 		{"unknown top-level key", "colour: blue\n", "colour: unknown field (line 46)"},
@@ -117,6 +141,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"azure version", `api_version: "2024-10-21"`, "", "providers[1].api_version: is required for an azure provider"},
 		{"azure deployment", "deployment: gpt4o-prod, ", "", "providers[1].models[0].deployment: is required"},
 		{"negative price", "input_usd_per_mtok: 0.05", "input_usd_per_mtok: -1", "providers[0].models[0].input_usd_per_mtok: must not be negative"},
+		{"negative cached price", "input_usd_per_mtok: 0.05", "input_usd_per_mtok: 0.05, cached_input_usd_per_mtok: -0.01", "providers[0].models[0].cached_input_usd_per_mtok: must not be negative"},
 		{"bad hash", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "secret-key", "tenants[0].key_sha256[0]: must be 64 hex digits"},
 		{"residency", "residency: eu", "residency: mars", `tenants[0].residency: "mars" is not the jurisdiction of any region`},
 		{"strict transit", "residency: eu", "strict_transit: true", "tenants[0].strict_transit: needs a residency"},

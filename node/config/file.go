@@ -113,7 +113,11 @@ type ModelSection struct {
 	Deployment       string  `yaml:"deployment"` // azure deployment; required there
 	InputUSDPerMTok  float64 `yaml:"input_usd_per_mtok"`
 	OutputUSDPerMTok float64 `yaml:"output_usd_per_mtok"`
-	MaxOutputTokens  int     `yaml:"max_output_tokens"` // default 4096
+	// CachedInputUSDPerMTok prices the prompt tokens the provider serves
+	// from its prompt cache; default (nil) the input price, no discount.
+	// 0 is a free cache.
+	CachedInputUSDPerMTok *float64 `yaml:"cached_input_usd_per_mtok"`
+	MaxOutputTokens       int      `yaml:"max_output_tokens"` // default 4096
 	// API is what the model serves: chat (the default) or embeddings.
 	API string `yaml:"api"`
 }

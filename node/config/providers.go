@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -121,6 +122,13 @@ func resolveModels(f string, kind route.Kind, ms []ModelSection, p *problems) []
 		if m.OutputUSDPerMTok < 0 {
 			p.bad(mf+".output_usd_per_mtok", "must not be negative")
 		}
+		var cached *float64
+		if v := m.CachedInputUSDPerMTok; v != nil {
+			if !(*v >= 0) || math.IsInf(*v, 1) {
+				p.bad(mf+".cached_input_usd_per_mtok", "must not be negative")
+			}
+			cached = new(*v) // the runtime's own, not the file's
+		}
 		if m.MaxOutputTokens < 0 {
 			p.bad(mf+".max_output_tokens", "must not be negative")
 		}
@@ -142,7 +150,7 @@ func resolveModels(f string, kind route.Kind, ms []ModelSection, p *problems) []
 		}
 		out = append(out, route.Model{
 			Name: m.Name, Upstream: m.Upstream, Deployment: m.Deployment,
-			InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok,
+			InputUSDPerMTok: m.InputUSDPerMTok, OutputUSDPerMTok: m.OutputUSDPerMTok, CachedInputUSDPerMTok: cached,
 			MaxOutputTokens: m.MaxOutputTokens, API: api,
 		})
 	}

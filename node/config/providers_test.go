@@ -73,10 +73,22 @@ func TestResolveProviders(t *testing.T) {
 		{name: "no models", edit: with(edited(openai(), func(p *ProviderSection) { p.Models = nil })),
 			err: "providers[0].models: at least one model is required"},
 		{name: "models", edit: with(edited(openai(), func(p *ProviderSection) {
-			p.Models = []ModelSection{{}, {Name: "m", InputUSDPerMTok: -1, OutputUSDPerMTok: -1, MaxOutputTokens: -1}, {Name: "m"}}
+			p.Models = []ModelSection{{}, {Name: "m", InputUSDPerMTok: -1, OutputUSDPerMTok: -1, CachedInputUSDPerMTok: new(-0.5), MaxOutputTokens: -1}, {Name: "m"}}
 		})), err: strings.Join([]string{"providers[0].models[0].name: is required",
 			"providers[0].models[1].input_usd_per_mtok: must not be negative", "providers[0].models[1].output_usd_per_mtok: must not be negative",
+			"providers[0].models[1].cached_input_usd_per_mtok: must not be negative",
 			"providers[0].models[1].max_output_tokens: must not be negative", `providers[0].models[2].name: "m" is listed twice`}, "\n")},
+		// A cached price is kept as given, above the input price too, and
+		// 0 is a free cache, not the default.
+		{name: "cached prices", edit: with(edited(openai(), func(p *ProviderSection) {
+			p.Models = []ModelSection{{Name: "a", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.1)},
+				{Name: "b", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.0)}, {Name: "c", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(2.0)}}
+		})), want: func(s *Runtime) {
+			s.Providers = []route.Provider{{Name: "gpu-eu", Kind: route.KindOpenAI, Region: "eu-west", Reach: route.ReachGlobal, Jurisdictions: region.NewSet("eu"),
+				BaseURL: "http://10.0.1.10:8000", APIKey: "provider-secret", RPM: 600,
+				Models: []route.Model{{Name: "a", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.1)},
+					{Name: "b", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.0)}, {Name: "c", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(2.0)}}}}
+		}},
 	})
 }
 
