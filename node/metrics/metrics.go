@@ -28,6 +28,7 @@ type Metrics struct {
 	duration      *prometheus.HistogramVec
 	ttft          *prometheus.HistogramVec
 	tokens        *prometheus.CounterVec
+	cachedTokens  *prometheus.CounterVec
 	cost          *prometheus.CounterVec
 	inFlight      prometheus.Gauge
 	attempts      *prometheus.CounterVec
@@ -73,6 +74,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "llmesh_tokens_total",
 			Help: "Tokens processed, by model, provider and direction (prompt or completion).",
 		}, []string{"model", "provider", "direction"})).(*prometheus.CounterVec),
+		// Cached tokens are a part of the prompt's, so a counter of their
+		// own rather than a direction of llmesh_tokens_total, whose sum
+		// would count them twice. The hit ratio is
+		// rate(llmesh_prompt_cached_tokens_total) / rate(llmesh_tokens_total{direction="prompt"}).
+		cachedTokens: f(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_prompt_cached_tokens_total",
+			Help: "Prompt tokens the provider served from its prompt cache (a part of llmesh_tokens_total's prompt tokens), as its usage reported them, by model and provider.",
+		}, []string{"model", "provider"})).(*prometheus.CounterVec),
 		cost: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_cost_usd_total",
 			Help: "Spend in US dollars at the configured prices, by tenant, model and provider.",
@@ -228,6 +237,7 @@ func (m *Metrics) Answered(r Request) {
 		u := res.Usage
 		m.tokens.WithLabelValues(r.Model, r.Provider, "prompt").Add(float64(u.PromptTokens))
 		m.tokens.WithLabelValues(r.Model, r.Provider, "completion").Add(float64(u.CompletionTokens))
+		m.cachedTokens.WithLabelValues(r.Model, r.Provider).Add(float64(u.CachedTokens))
 		m.cost.WithLabelValues(r.Tenant, r.Model, r.Provider).Add(res.Cost)
 	}
 	if r.Stream {

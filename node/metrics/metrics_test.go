@@ -18,8 +18,8 @@ import (
 // the answer came from.
 func TestAnsweredCountsTokensWhereTheProviderWasCalled(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	here := &route.Result{Target: &route.Target{}, Usage: route.Usage{PromptTokens: 7, CompletionTokens: 3}, Cost: 0.25, UsageCounted: true}
-	there := &route.Result{Target: &route.Target{Via: "peer"}, Usage: route.Usage{PromptTokens: 100, CompletionTokens: 100}, Cost: 9, Truncated: true}
+	here := &route.Result{Target: &route.Target{}, Usage: route.Usage{PromptTokens: 7, CompletionTokens: 3, CachedTokens: 5}, Cost: 0.25, UsageCounted: true}
+	there := &route.Result{Target: &route.Target{Via: "peer"}, Usage: route.Usage{PromptTokens: 100, CompletionTokens: 100, CachedTokens: 90}, Cost: 9, Truncated: true}
 	m.Answered(Request{Tenant: "t", Model: "m", Provider: "p", Endpoint: "chat", Status: 200, Result: here})
 	m.Answered(Request{Tenant: "t", Model: "m", Provider: "p", Endpoint: "chat", Status: 200, Stream: true, Result: there})
 	m.Answered(Request{Tenant: "t", Model: "unknown", Endpoint: "embeddings", Status: 400})
@@ -32,6 +32,7 @@ func TestAnsweredCountsTokensWhereTheProviderWasCalled(t *testing.T) {
 		{"requests 400", testutil.ToFloat64(m.requests.WithLabelValues("embeddings", "unknown", "", "400")), 1},
 		{"prompt tokens", testutil.ToFloat64(m.tokens.WithLabelValues("m", "p", "prompt")), 7},
 		{"completion tokens", testutil.ToFloat64(m.tokens.WithLabelValues("m", "p", "completion")), 3},
+		{"cached prompt tokens", testutil.ToFloat64(m.cachedTokens.WithLabelValues("m", "p")), 5},
 		{"cost", testutil.ToFloat64(m.cost.WithLabelValues("t", "m", "p")), 0.25},
 		{"truncated", testutil.ToFloat64(m.truncated.WithLabelValues("p")), 1},
 		{"counted", testutil.ToFloat64(m.countedTokens.WithLabelValues("p")), 1},
