@@ -161,7 +161,8 @@ func (n *Node) providers(w http.ResponseWriter, r *http.Request) {
 		h := n.planner().Health.Health(p.Name, now)
 		info := views.ProviderInfo{
 			Name: p.Name, Kind: string(p.Kind), Region: p.Region, Reach: string(p.Reach), Jurisdictions: p.Jurisdictions.String(),
-			View:      views.ProviderView{Ejected: h.Ejected, Degraded: h.Degraded, TTFTMillis: ms(h.TTFT), LatencyMillis: ms(h.Latency), ErrorRate: h.ErrorRate},
+			View: views.ProviderView{Ejected: h.Ejected, Degraded: h.Degraded, TTFTMillis: ms(h.TTFT), LatencyMillis: ms(h.Latency), ErrorRate: h.ErrorRate,
+				CacheHitRatio: h.CacheHit},
 			Observers: reports[p.Name],
 		}
 		if h.CoolingUntil.After(now) {

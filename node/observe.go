@@ -33,6 +33,11 @@ func (n *Node) recordTraffic(e *decisions.Decision) {
 		o.TTFT, o.CostUSD = res.TTFT, res.Cost
 		if res.Target != nil {
 			o.Via = res.Target.Via
+			if !res.UsageCounted {
+				// The provider's own word on its cache: a count of the
+				// node's knows nothing of it.
+				o.PromptTokens, o.CachedTokens = res.Usage.PromptTokens, res.Usage.CachedTokens
+			}
 		}
 	}
 	n.traffic.Record(e.At.Add(e.Took), o)

@@ -65,7 +65,8 @@ func (e *Decision) View(refusal func(error) string) views.Decision {
 		v.Replica = e.Result.Replica
 		if e.Result.Target != nil {
 			v.Via = e.Result.Target.Via
-			v.CostUSD = e.Result.Cost
+			u := e.Result.Usage
+			v.CostUSD, v.PromptTokens, v.CachedTokens, v.CompletionTokens = e.Result.Cost, u.PromptTokens, u.CachedTokens, u.CompletionTokens
 		}
 		for _, a := range e.Result.Attempts {
 			v.Attempts = append(v.Attempts, views.AttemptView{Provider: a.Provider, Outcome: string(a.Outcome), Status: a.Status, Millis: a.Duration.Milliseconds()})

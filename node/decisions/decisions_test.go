@@ -59,13 +59,14 @@ func TestOutcome(t *testing.T) {
 // A view explains a refusal through the node's refusal function (and
 // only a refusal), and a served request by its route.
 func TestViewExplainsRefusals(t *testing.T) {
-	res := &route.Result{Target: &route.Target{Via: "peer"}, Cost: 0.5, Replica: "r1",
+	res := &route.Result{Target: &route.Target{Via: "peer"}, Cost: 0.5, Replica: "r1", Usage: route.Usage{PromptTokens: 900, CachedTokens: 768, CompletionTokens: 12},
 		Attempts: []route.Attempt{{Provider: "p", Outcome: route.OutcomeOK, Status: 200, Duration: 3 * time.Millisecond}}}
 	called := 0
 	refusal := func(err error) string { called++; return "code: " + err.Error() }
 	v := (&Decision{ID: "a", Status: 200, Result: res, Took: 7 * time.Millisecond, Origin: "o"}).View(refusal)
 	if called != 0 || v.Via != "peer" || v.CostUSD != 0.5 || v.Replica != "r1" || len(v.Attempts) != 1 || v.Attempts[0].Millis != 3 ||
-		v.Millis != 7 || v.ForwardedBy != "o" || v.Outcome != "ok" || v.Why != res.Route() {
+		v.Millis != 7 || v.ForwardedBy != "o" || v.Outcome != "ok" || v.Why != res.Route() ||
+		v.PromptTokens != 900 || v.CachedTokens != 768 || v.CompletionTokens != 12 {
 		t.Fatalf("served: %+v", v)
 	}
 	v = (&Decision{ID: "b", Status: 404, Err: errors.New("no such model")}).View(refusal)

@@ -1,5 +1,6 @@
 // Package series keeps a node's last minutes of traffic as per-second
-// samples — requests, errors, latency, TTFT and cost per provider, per
+// samples — requests, errors, latency, TTFT, cost and prompt tokens
+// (and how many of them the provider's cache served) per provider, per
 // tenant and per peer forwarded to — from which the dashboard draws its
 // charts and its mesh map, with no external service.
 //
@@ -48,6 +49,10 @@ type Observation struct {
 	Latency               time.Duration // until the answer ended
 	TTFT                  time.Duration // until the first token of a stream; 0 otherwise
 	CostUSD               float64
+	// PromptTokens and CachedTokens are the answer's prompt tokens and
+	// those the provider served from its prompt cache, as the provider
+	// reported them (both 0 when it reported no usage).
+	PromptTokens, CachedTokens int
 }
 
 type key struct {
@@ -61,6 +66,7 @@ type slot struct {
 	ttftN             int32
 	latencyMs, ttftMs float64
 	costUSD           float64
+	prompt, cached    int64
 }
 
 type ring [Window]slot
@@ -116,6 +122,8 @@ func (r *Ring) add(k key, sec int64, o Observation) {
 		s.ttftMs += float64(o.TTFT.Microseconds()) / 1000
 	}
 	s.costUSD += o.CostUSD
+	s.prompt += int64(o.PromptTokens)
+	s.cached += int64(o.CachedTokens)
 }
 
 // Last returns the last seconds samples up to now (at most Window),
@@ -179,6 +187,8 @@ func (g *ring) samples(end int64, seconds int) (out views.Samples, any bool) {
 		ints(&s.TTFTCount, i, int(sl.ttftN))
 		floats(&s.TTFTMsSum, i, sl.ttftMs)
 		floats(&s.CostUSD, i, sl.costUSD)
+		ints(&s.PromptTokens, i, int(sl.prompt))
+		ints(&s.CachedTokens, i, int(sl.cached))
 	}
 	return s, any
 }
@@ -198,6 +208,8 @@ func Merge(dst *views.Series, src views.Series) {
 			d.TTFTCount = addInto(d.TTFTCount, s.TTFTCount, shift, dst.Seconds, src.Seconds)
 			d.TTFTMsSum = addInto(d.TTFTMsSum, s.TTFTMsSum, shift, dst.Seconds, src.Seconds)
 			d.CostUSD = addInto(d.CostUSD, s.CostUSD, shift, dst.Seconds, src.Seconds)
+			d.PromptTokens = addInto(d.PromptTokens, s.PromptTokens, shift, dst.Seconds, src.Seconds)
+			d.CachedTokens = addInto(d.CachedTokens, s.CachedTokens, shift, dst.Seconds, src.Seconds)
 			if d.Requests != nil {
 				into[name] = d
 			}

@@ -12,8 +12,10 @@ import (
 func TestRecordAndRead(t *testing.T) {
 	r := New()
 	t0 := time.Unix(1_000_000, 0)
-	r.Record(t0, Observation{Provider: "p", Tenant: "acme", Latency: 20 * time.Millisecond, TTFT: 5 * time.Millisecond, CostUSD: 0.5})
-	r.Record(t0.Add(300*time.Millisecond), Observation{Provider: "p", Tenant: "acme", Via: "us-1", Error: true, Latency: 40 * time.Millisecond, CostUSD: 0.25})
+	r.Record(t0, Observation{Provider: "p", Tenant: "acme", Latency: 20 * time.Millisecond, TTFT: 5 * time.Millisecond, CostUSD: 0.5,
+		PromptTokens: 1000, CachedTokens: 768})
+	r.Record(t0.Add(300*time.Millisecond), Observation{Provider: "p", Tenant: "acme", Via: "us-1", Error: true, Latency: 40 * time.Millisecond, CostUSD: 0.25,
+		PromptTokens: 24})
 	r.Record(t0.Add(2*time.Second), Observation{Tenant: "beta", Error: true, Latency: time.Millisecond})
 
 	s := r.Last(t0.Add(2*time.Second), 3)
@@ -23,7 +25,7 @@ func TestRecordAndRead(t *testing.T) {
 	p := s.Providers["p"]
 	if !slices.Equal(p.Requests, []int{2, 0, 0}) || !slices.Equal(p.Errors, []int{1, 0, 0}) ||
 		!slices.Equal(p.LatencyMsSum, []float64{60, 0, 0}) || !slices.Equal(p.TTFTCount, []int{1, 0, 0}) ||
-		!slices.Equal(p.CostUSD, []float64{0.75, 0, 0}) {
+		!slices.Equal(p.CostUSD, []float64{0.75, 0, 0}) || !slices.Equal(p.PromptTokens, []int{1024, 0, 0}) || !slices.Equal(p.CachedTokens, []int{768, 0, 0}) {
 		t.Fatalf("provider p: %+v", p)
 	}
 	if got := s.Forwards["us-1"].Requests; !slices.Equal(got, []int{1, 0, 0}) {
@@ -84,14 +86,17 @@ func TestKeysAreBounded(t *testing.T) {
 func TestMerge(t *testing.T) {
 	a, b := New(), New()
 	t0 := time.Unix(4_000_000, 0)
-	a.Record(t0, Observation{Provider: "p", CostUSD: 1})
-	b.Record(t0, Observation{Provider: "p", CostUSD: 2})
+	a.Record(t0, Observation{Provider: "p", CostUSD: 1, PromptTokens: 100, CachedTokens: 50})
+	b.Record(t0, Observation{Provider: "p", CostUSD: 2, PromptTokens: 300, CachedTokens: 250})
 	b.Record(t0, Observation{Provider: "q", Tenant: "acme"})
 	dst := a.Last(t0.Add(time.Second), 4)
 	// b's clock is a second behind: its last sample is t0.
 	Merge(&dst, b.Last(t0, 4))
 	if got := dst.Providers["p"].CostUSD; !slices.Equal(got, []float64{0, 0, 3, 0}) {
 		t.Fatalf("p's cost: %v", got)
+	}
+	if p := dst.Providers["p"]; !slices.Equal(p.PromptTokens, []int{0, 0, 400, 0}) || !slices.Equal(p.CachedTokens, []int{0, 0, 300, 0}) {
+		t.Fatalf("p's prompt tokens %v, cached %v", p.PromptTokens, p.CachedTokens)
 	}
 	if got := dst.Providers["q"].Requests; !slices.Equal(got, []int{0, 0, 1, 0}) {
 		t.Fatalf("q: %v", got)

@@ -123,7 +123,7 @@ function renderProviders(providers) {
     const bad = list.filter((p) => p.health.state === "failing").length;
     html.push(`<div class="region" data-region="${esc(region)}"><h3>${esc(region)} <span class="muted">${list.length} providers${bad ? `, <span class="s-failing">${bad} failing</span>` : ""}</span></h3>
       <table><thead><tr><th>provider</th><th>health</th><th>kind</th><th>reach</th><th>jurisdictions</th><th>models</th>
-      <th class="num">TTFT</th><th class="num">latency</th><th class="num">errors</th><th class="num">cooling</th><th>reported by</th></tr></thead><tbody>`);
+      <th class="num">TTFT</th><th class="num">latency</th><th class="num">errors</th><th class="num" title="share of prompt tokens served from the provider's prompt cache in this node's recent answers">cache hits</th><th class="num">cooling</th><th>reported by</th></tr></thead><tbody>`);
     for (const p of shown) {
       const v = p.view;
       const by = p.health.by.length ? ` <span class="muted">by ${esc(p.health.by.join(", "))}</span>` : "";
@@ -132,7 +132,8 @@ function renderProviders(providers) {
         <td>${esc(p.name)}</td><td>${badge(p.health.state)}${by}</td><td>${esc(p.kind)}</td><td>${esc(p.reach)}</td>
         <td>${esc(p.jurisdictions)}</td><td>${esc(p.models.join(", "))}</td>
         <td class="num">${v.ttft_ms ? msText(v.ttft_ms) : ""}</td><td class="num">${v.latency_ms ? msText(v.latency_ms) : ""}</td>
-        <td class="num">${(v.error_rate * 100).toFixed(0)}%</td><td class="num">${v.cooling_s > 0 ? Math.ceil(v.cooling_s) + " s" : ""}</td>
+        <td class="num">${(v.error_rate * 100).toFixed(0)}%</td><td class="num cache-hit">${v.cache_hit_ratio > 0 ? (v.cache_hit_ratio * 100).toFixed(0) + "%" : ""}</td>
+        <td class="num">${v.cooling_s > 0 ? Math.ceil(v.cooling_s) + " s" : ""}</td>
         <td class="muted">${esc(observers)}</td></tr>`);
     }
     html.push("</tbody></table></div>");
@@ -196,10 +197,11 @@ function renderDecisions(observations) {
       return `<tr data-request="${esc(d.request_id)}" data-at="${esc(d.node)}"><td>${esc(t)}</td><td>${esc(d.node)}</td><td class="muted">${esc(d.request_id)}</td><td>${esc(d.tenant)}</td>
         <td>${esc(d.model)}</td><td>${esc(d.provider || "")}${d.replica ? ` <span class="muted">${esc(d.replica)}</span>` : ""}</td>
         <td>${esc(via)}</td><td class="num">${d.status}</td><td>${badge(d.outcome)}</td><td class="num">${d.ms}</td>
-        <td class="num">${d.cost_usd ? usd(d.cost_usd) : ""}</td><td class="why">${esc(d.why)}</td></tr>`;
+        <td class="num">${d.cost_usd ? usd(d.cost_usd) : ""}</td>
+        <td class="num cached">${d.cached_tokens ? `${d.cached_tokens.toLocaleString()} of ${d.prompt_tokens.toLocaleString()}` : ""}</td><td class="why">${esc(d.why)}</td></tr>`;
     });
   $("#decisions tbody").innerHTML = rows.join("") ||
-    `<tr><td colspan="12" class="muted">${decisions.length ? "no decision matches" : "no request yet"}</td></tr>`;
+    `<tr><td colspan="13" class="muted">${decisions.length ? "no decision matches" : "no request yet"}</td></tr>`;
 }
 
 let last = null; // the last data fetched, so the filter re-renders at once

@@ -116,6 +116,8 @@ const measures = {
   errors: (s, a, b) => sum(s.errors, a, b) / step,
   latency: (s, a, b) => { const n = sum(s.requests, a, b); return n ? sum(s.latency_ms_sum, a, b) / n : null; },
   ttft: (s, a, b) => { const n = sum(s.ttft_count, a, b); return n ? sum(s.ttft_ms_sum, a, b) / n : null; },
+  // The share of prompt tokens served from the provider's prompt cache.
+  cacheHit: (s, a, b) => { const n = sum(s.prompt_tokens, a, b); return n ? (100 * sum(s.cached_tokens, a, b)) / n : null; },
 };
 
 // cumulative turns a key's cost per second into what it spent since the
@@ -161,8 +163,8 @@ function chart(id, title, unit, lines, seconds) {
     <div class="legend">${drawn ? legend : '<span class="muted">nothing to draw yet</span>'}</div></figure>`;
 }
 
-// drawCharts draws the mesh's last minutes: requests, errors, latency and
-// TTFT by provider, requests and cost by tenant.
+// drawCharts draws the mesh's last minutes: requests, errors, latency,
+// TTFT and prompt cache hits by provider, requests and cost by tenant.
 function drawCharts(series) {
   if (!series || !series.seconds) return;
   const secs = series.seconds;
@@ -175,6 +177,7 @@ function drawCharts(series) {
     chart("chart-errors", "Errors per second (status ≥ 400), by provider", "/s", by(p, measures.errors), secs),
     chart("chart-latency", "Mean latency, by provider", "ms", by(served(p), measures.latency), secs),
     chart("chart-ttft", "Mean time to first token (streams), by provider", "ms", by(served(p), measures.ttft), secs),
+    chart("chart-cache", "Prompt cache hits (cached of prompt tokens), by provider", "%", by(served(p), measures.cacheHit), secs),
     chart("chart-tenants", "Requests per second, by tenant", "/s", by(t, measures.rate), secs),
     chart("chart-cost", "Cost since the window began, by tenant", "$", keys(t).map((name) => ({ name, values: cumulative(t[name], secs) })), secs),
   ].join("");

@@ -36,6 +36,10 @@ type ProviderView struct {
 	TTFTMillis     float64 `json:"ttft_ms"`
 	LatencyMillis  float64 `json:"latency_ms"`
 	ErrorRate      float64 `json:"error_rate"`
+	// CacheHitRatio is the share of prompt tokens the provider served
+	// from its prompt cache in this node's recent answers from it, 0 to
+	// 1: what the planner expects of its next prompt.
+	CacheHitRatio float64 `json:"cache_hit_ratio"`
 }
 
 // ObserverReport is one node's observation of a provider.

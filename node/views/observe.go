@@ -24,7 +24,8 @@ const Refused = "(refused)"
 
 // Samples are one key's per-second samples. Means are sums over counts:
 // the mean latency of a second is LatencyMsSum/Requests, its mean TTFT
-// TTFTMsSum/TTFTCount (streams only).
+// TTFTMsSum/TTFTCount (streams only), its prompt cache hit ratio
+// CachedTokens/PromptTokens.
 type Samples struct {
 	Requests     []int     `json:"requests,omitempty"`
 	Errors       []int     `json:"errors,omitempty"` // answered with a status of 400 or more
@@ -32,6 +33,11 @@ type Samples struct {
 	TTFTCount    []int     `json:"ttft_count,omitempty"`
 	TTFTMsSum    []float64 `json:"ttft_ms_sum,omitempty"`
 	CostUSD      []float64 `json:"cost_usd,omitempty"`
+	// PromptTokens and CachedTokens are the prompt tokens of answers
+	// whose provider reported usage, and those of them it served from
+	// its prompt cache.
+	PromptTokens []int `json:"prompt_tokens,omitempty"`
+	CachedTokens []int `json:"cached_tokens,omitempty"`
 }
 
 // Observation is what one node reports of itself for the dashboard: its
