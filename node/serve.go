@@ -210,7 +210,7 @@ func (n *Node) account(e decisions.Decision, sp *tracing.Span) {
 		if res.Replica != "" {
 			attrs = append(attrs, "replica", res.Replica)
 		}
-		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens,
+		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens, "cached_tokens", u.CachedTokens,
 			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
 			"truncated", res.Truncated)
 	}
