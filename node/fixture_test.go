@@ -35,6 +35,7 @@ type upstream struct {
 	region     string
 	reach      string
 	noEmulator bool // base_url points at a closed port
+	scrape     bool // a vllm, sglang or tgi kind's metrics are scraped
 }
 
 // fixture is one node in front of emulated providers, all on loopback.
@@ -88,6 +89,12 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 		ps := node.ProviderSection{
 			Name: u.name, Kind: u.kind, Region: "eu-west", Reach: u.reach, Priority: u.priority,
 			Jurisdictions: u.juris, Limits: node.RateSection{RPM: u.rpm},
+			// Tests count what providers receive: a self-hosted kind's
+			// engine metrics are scraped only where a test asks.
+			MetricsPath: "off",
+		}
+		if u.scrape {
+			ps.MetricsPath = ""
 		}
 		if u.region != "" {
 			ps.Region = u.region
