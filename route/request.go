@@ -38,6 +38,10 @@ type ChatRequest struct {
 	PreviousResponseID string
 	Store              bool
 	Prior              *Prior
+	// CacheKey is prompt_cache_key (chat and Responses): the client's name
+	// for requests that share a prompt prefix. It is relayed untouched;
+	// replica choice keeps requests with one key together.
+	CacheKey string
 
 	textBytes int // bytes of text in messages (content, names, tool calls) or inputs
 	images    int // image parts, each priced at tokensPerImage at most
@@ -189,6 +193,10 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			if err := decodeField(m.key, v, &r.User); err != nil {
 				return nil, err
 			}
+		case "prompt_cache_key":
+			if err := decodeNullableString(m.key, v, &r.CacheKey); err != nil {
+				return nil, err
+			}
 		}
 	}
 	switch {
@@ -289,6 +297,18 @@ func (r *ChatRequest) decodeMessages(v []byte) error {
 func decodeField(param string, v []byte, dst any) error {
 	if err := json.Unmarshal(v, dst); err != nil {
 		return fieldError(param, err)
+	}
+	return nil
+}
+
+// decodeNullableString decodes a string, or null (left as it is).
+func decodeNullableString(param string, v []byte, dst *string) error {
+	var s *string
+	if err := decodeField(param, v, &s); err != nil {
+		return err
+	}
+	if s != nil {
+		*dst = *s
 	}
 	return nil
 }

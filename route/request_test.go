@@ -34,6 +34,10 @@ func TestParseChatRequest(t *testing.T) {
 			func(r *ChatRequest) bool { return len(r.members) == 4 }},
 		{"escaped key", `{"mod\u0065l":"m","messages":[{"role":"user","content":"hi"}]}`,
 			func(r *ChatRequest) bool { return r.Model == "m" }},
+		{"prompt_cache_key", `{"model":"m","prompt_cache_key":"tenant-docs-v2","messages":[{"role":"user","content":"hi"}]}`,
+			func(r *ChatRequest) bool { return r.CacheKey == "tenant-docs-v2" }},
+		{"prompt_cache_key null", `{"model":"m","prompt_cache_key":null,"messages":[{"role":"user","content":"hi"}]}`,
+			func(r *ChatRequest) bool { return r.CacheKey == "" }},
 		{"whitespace", " \n{ \"model\" : \"m\" ,\n \"messages\" : [ {\"role\":\"user\",\"content\":\"hi\"} ] }\n",
 			func(r *ChatRequest) bool { return r.Model == "m" }},
 	}
@@ -74,6 +78,7 @@ func TestParseChatRequest(t *testing.T) {
 		{"n too big", `{"model":"m","n":1000,"messages":[{"role":"user","content":"hi"}]}`, "n", "between 1 and 128"},
 		{"max_tokens zero", `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "between"},
 		{"max_tokens float", `{"model":"m","max_tokens":1.5,"messages":[{"role":"user","content":"hi"}]}`, "max_tokens", "integer"},
+		{"prompt_cache_key not string", `{"model":"m","prompt_cache_key":7,"messages":[{"role":"user","content":"hi"}]}`, "prompt_cache_key", "must be of type string"},
 		{"duplicate model", `{"model":"a","messages":[{"role":"user","content":"hi"}],"model":"b"}`, "model", "more than once"},
 		{"duplicate escaped", `{"model":"a","messages":[{"role":"user","content":"hi"}],"m\u006fdel":"b"}`, "model", "more than once"},
 	}

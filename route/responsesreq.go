@@ -1,6 +1,9 @@
 package route
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+)
 
 // Prior is what a Responses follow-up (previous_response_id) continues,
 // as the node that relayed the earlier response recorded it: the
@@ -20,7 +23,8 @@ type Prior struct {
 
 // ParseResponsesRequest decodes and validates a Responses create request:
 // a model, an input (a string or an array of items), instructions,
-// tools, max_output_tokens, stream, previous_response_id and store. Like
+// tools, max_output_tokens, stream, previous_response_id, store and
+// prompt_cache_key. Like
 // ParseChatRequest it keeps body, refuses duplicate top-level fields, and
 // leaves every field it does not read to reach a provider that serves
 // the Responses API byte for byte (a bridged one gets route/responses'
@@ -46,7 +50,12 @@ func ParseResponsesRequest(body []byte) (*ChatRequest, error) {
 			var s *string
 			if err = decodeField(m.key, v, &s); err == nil && s != nil {
 				r.addPromptText(*s)
+				// The model reads the instructions first, wherever the
+				// body puts them: the prompt's prefix starts with them.
+				r.inputs = slices.Insert(r.inputs[:len(r.inputs)-1], 0, *s)
 			}
+		case "prompt_cache_key":
+			err = decodeNullableString(m.key, v, &r.CacheKey)
 		case "stream":
 			err = decodeNullable(m.key, v, &r.Stream)
 		case "store":

@@ -10,17 +10,21 @@ import (
 // stream, store, previous_response_id) and its bad ones refused naming
 // the parameter.
 func TestParseResponsesRequest(t *testing.T) {
-	r, err := ParseResponsesRequest([]byte(`{"model":"m","instructions":"Be brief.","input":[` +
+	r, err := ParseResponsesRequest([]byte(`{"model":"m","input":[` +
 		`{"role":"user","content":"Weather in Paris?"},` +
 		`{"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},` +
 		`{"type":"function_call_output","call_id":"c1","output":"18 and sunny"},` +
 		`{"type":"message","role":"user","content":[{"type":"input_text","text":"And tomorrow?"},{"type":"input_image","image_url":"https://x/y.png"}]}],` +
-		`"max_output_tokens":64,"stream":true,"store":false,"previous_response_id":"resp_1","user":"u1"}`))
+		`"max_output_tokens":64,"stream":true,"store":false,"previous_response_id":"resp_1","user":"u1",` +
+		`"instructions":"Be brief.","prompt_cache_key":"k1"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Model != "m" || !r.Stream || r.Store || r.MaxTokens != 64 || r.PreviousResponseID != "resp_1" || r.User != "u1" || r.images != 1 {
+	if r.Model != "m" || !r.Stream || r.Store || r.MaxTokens != 64 || r.PreviousResponseID != "resp_1" || r.User != "u1" || r.images != 1 || r.CacheKey != "k1" {
 		t.Fatalf("%+v", r)
+	}
+	if r.Inputs()[0] != "Be brief." {
+		t.Errorf("the instructions, given last, are not the prompt's start: %q", r.Inputs())
 	}
 	text := strings.Join(r.Inputs(), "|")
 	for _, want := range []string{"Be brief.", "Weather in Paris?", "get_weather", `{"city":"Paris"}`, "18 and sunny", "And tomorrow?"} {
@@ -46,6 +50,7 @@ func TestParseResponsesRequest(t *testing.T) {
 		{`{"model":"m","input":"hi","previous_response_id":""}`, "previous_response_id", "must be a response id"},
 		{`{"model":"m","input":"hi","tools":{}}`, "tools", "must be an array"},
 		{`{"model":"m","model":"m","input":"hi"}`, "model", "more than once"},
+		{`{"model":"m","input":"hi","prompt_cache_key":[]}`, "prompt_cache_key", "must be of type string"},
 	} {
 		_, err := ParseResponsesRequest([]byte(c.body))
 		var ie *InvalidRequestError
