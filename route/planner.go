@@ -45,6 +45,8 @@ type Request struct {
 	// node, to the peer it forwards through); "" sends none. TraceState
 	// is the caller's tracestate, passed on with it.
 	TraceParent, TraceState string
+
+	prefix PromptPrefix // its prompt's prefix, hashed on first use (Prefix)
 }
 
 // Request priorities, from the tenant's priority setting.
