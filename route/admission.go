@@ -13,7 +13,7 @@ const (
 	StageGuard   Stage = "guard"   // the residency and reach invariant
 	StageBudget  Stage = "budget"  // the tenant's budget could not be reserved
 	StageHealth  Stage = "health"  // the provider is cooling down or ejected
-	StageReplica Stage = "replica" // the target's replica is ejected
+	StageReplica Stage = "replica" // the target's replica is ejected or at its max_concurrent
 	StageQuota   Stage = "quota"   // the provider's rate share is spent
 )
 
@@ -77,7 +77,8 @@ type Settled struct {
 // a target that breaks it is never tried), then — unless a via node
 // calls the provider and admits it there — the tenant's budget, the
 // provider's health, its replica's, its rate share, and a slot on its
-// replica ring. Budget comes first: a request waiting for escrow holds no
+// replica ring (within the replica's max_concurrent; the prompt's prefix
+// is recorded in the provider's index as sent there). Budget comes first: a request waiting for escrow holds no
 // provider's admission (a half-open probe's among them) while it waits.
 // The error is a *Refusal; a nil error comes with a ticket to settle.
 func (e *Executor) Admit(ctx context.Context, req *Request, t *Target) (*Ticket, error) {
@@ -137,8 +138,17 @@ func (e *Executor) admit(ctx context.Context, req *Request, t *Target, tk *Ticke
 		tk.quota = true
 	}
 	if ring != nil {
-		ring.Acquire(t.Replica)
+		pv := t.Offer.Provider
+		if !ring.TryAcquire(t.Replica, pv.Capacity(t.Replica)) {
+			return refuse(StageReplica, fmt.Errorf("%w: %s's replica %s is at its max_concurrent (%d)", ErrNoProvider,
+				t.Provider(), t.ReplicaName(), pv.Capacity(t.Replica)), 0)
+		}
 		tk.ring = ring
+		// Recorded as it is sent, not answered: the next request with
+		// this prefix follows it even while it is in flight.
+		if x := pv.Prefix; x != nil {
+			x.Record(req.Prefix(x.Seed()).Hashes, t.Replica, now)
+		}
 	}
 	return nil
 }

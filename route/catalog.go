@@ -78,10 +78,23 @@ type Provider struct {
 	RPM, TPM    int // mesh-wide limits; 0 means none
 	Models      []Model
 
+	// ReplicaPolicy orders the replicas for each request; "" is
+	// ReplicaPrefix.
+	ReplicaPolicy ReplicaPolicy
+	// ReplicaCapacity is each replica's max_concurrent, in the order of
+	// Replicas: the requests this node keeps in flight on it at most, and
+	// its weight among the replicas. 0 (or missing) is unbounded, weighed
+	// as the mean of the capacities given.
+	ReplicaCapacity []int
+
 	// Ring places sessions on the replicas (bounded-load consistent
-	// hashing); nil for a provider with fewer than two replicas. Built by
-	// NewCatalog.
+	// hashing) and counts their requests in flight; nil for a provider
+	// with fewer than two replicas. Built by NewCatalog.
 	Ring *Ring
+	// Prefix remembers which replicas were sent which prompt prefixes,
+	// for ReplicaPrefix; nil for another policy or without a Ring. Built
+	// by NewCatalog.
+	Prefix *PrefixIndex
 	// replicaKeys name each replica for its own health tracking.
 	replicaKeys []string
 	// replicaNames name each replica to clients (ReplicaName).
@@ -91,6 +104,14 @@ type Provider struct {
 // ReplicaName is replica i's name for clients and operators: its
 // configured name, else PROVIDER/INDEX; never its address.
 func (p *Provider) ReplicaName(i int) string { return p.replicaNames[i] }
+
+// Capacity is replica i's max_concurrent, 0 when unbounded.
+func (p *Provider) Capacity(i int) int {
+	if i < len(p.ReplicaCapacity) {
+		return p.ReplicaCapacity[i]
+	}
+	return 0
+}
 
 // ReplicaKey names replica i of the provider for health tracking: the
 // provider and the replica's base URL, so two providers sharing a server
@@ -203,12 +224,8 @@ func NewCatalog(providers []Provider, groups ...Group) (*Catalog, error) {
 				p.replicaNames[i] = p.ReplicaNames[i]
 			}
 		}
-		p.Ring = nil
-		if len(bases) > MaxReplicas {
-			return nil, fmt.Errorf("provider %s: %d replicas, more than the %d a provider may have", p.Name, len(bases), MaxReplicas)
-		}
-		if len(bases) > 1 {
-			p.Ring = NewRing(bases, DefaultLoadBound)
+		if err := p.buildReplicas(bases); err != nil {
+			return nil, err
 		}
 		seen := map[string]bool{}
 		for j := range p.Models {
@@ -248,6 +265,45 @@ func NewCatalog(providers []Provider, groups ...Group) (*Catalog, error) {
 	}
 	slices.Sort(c.names)
 	return c, nil
+}
+
+// buildReplicas checks the replica settings and builds the ring (and
+// the prefix index) of a provider with more than one replica.
+func (p *Provider) buildReplicas(bases []string) error {
+	p.Ring, p.Prefix = nil, nil
+	switch {
+	case len(bases) > MaxReplicas:
+		return fmt.Errorf("provider %s: %d replicas, more than the %d a provider may have", p.Name, len(bases), MaxReplicas)
+	case p.ReplicaPolicy != "" && !slices.Contains(ReplicaPolicies, p.ReplicaPolicy):
+		return fmt.Errorf("provider %s: replica policy %q is not one of %v", p.Name, p.ReplicaPolicy, ReplicaPolicies)
+	case len(p.ReplicaCapacity) > len(bases):
+		return fmt.Errorf("provider %s: %d replica capacities for %d replicas", p.Name, len(p.ReplicaCapacity), len(bases))
+	case slices.ContainsFunc(p.ReplicaCapacity, func(c int) bool { return c < 0 }):
+		return fmt.Errorf("provider %s: a replica capacity is negative", p.Name)
+	}
+	if p.ReplicaPolicy == "" {
+		p.ReplicaPolicy = ReplicaPrefix
+	}
+	if len(bases) > 1 {
+		p.Ring = NewRing(bases, DefaultLoadBound)
+		if p.ReplicaPolicy == ReplicaPrefix {
+			p.Prefix = NewPrefixIndex(DefaultPrefixEntries, DefaultPrefixTTL)
+		}
+	}
+	return nil
+}
+
+// Deterministic makes every ring and prefix index of c hash by a fixed
+// seed, so that a seeded simulation repeats (see Ring.Deterministic).
+func (c *Catalog) Deterministic() {
+	for _, p := range c.providers {
+		if p.Ring != nil {
+			p.Ring.Deterministic()
+		}
+		if p.Prefix != nil {
+			p.Prefix.Deterministic()
+		}
+	}
 }
 
 // addGroup checks a group against the models and indexes it.

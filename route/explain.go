@@ -34,14 +34,49 @@ func (plan *Plan) Why(i int) []string {
 	case t.Via != "":
 		why = append(why, fmt.Sprintf("reachable only from region %s: through node %s (rtt %dms)", t.ViaRegion, t.Via, t.ViaRTT.Milliseconds()))
 	}
-	if t.Offer.Provider.Ring != nil && t.Via == "" {
-		if i == 0 || plan.Targets[i-1].Offer.Provider != t.Offer.Provider {
-			why = append(why, "the session's replica (bounded-load consistent hash)")
-		} else {
-			why = append(why, "the next replica on the ring: failover")
-		}
+	if c := plan.ReplicaChoice(i); c != nil {
+		first := i == 0 || plan.Targets[i-1].Offer.Provider != t.Offer.Provider
+		why = append(why, c.why(t.ReplicaName(), first))
 	}
 	return why
+}
+
+// why says in a few words why replica name is where it is: first among
+// its provider's, or next in the same order.
+func (c *ReplicaChoice) why(name string, first bool) string {
+	var b strings.Builder
+	if first {
+		fmt.Fprintf(&b, "replica %s (policy %s): ", name, c.Policy)
+	} else {
+		fmt.Fprintf(&b, "failover to replica %s: ", name)
+	}
+	switch c.Reason {
+	case ReasonPredicted:
+		fmt.Fprintf(&b, "predicted time to first token %dms", c.TTFT.Milliseconds())
+		if first {
+			b.WriteString(", the lowest")
+		}
+	case ReasonSession:
+		b.WriteString("the session's bounded-load consistent hash; nothing known of prefixes or load")
+	case ReasonPrefixHash:
+		b.WriteString("the consistent hash of the prompt's first chunk; nothing known of prefixes or load")
+	case ReasonLeastLoaded:
+		b.WriteString("fewest requests in flight for its capacity")
+	case ReasonRoundRobin:
+		b.WriteString("next in rotation")
+	}
+	fmt.Fprintf(&b, " (%d cached prompt tokens expected, %d in flight here", c.CachedTokens, c.InFlight)
+	if c.Capacity > 0 {
+		fmt.Fprintf(&b, " of max_concurrent %d", c.Capacity)
+	}
+	if c.Fresh {
+		fmt.Fprintf(&b, "; engine: %d waiting, %d running, KV cache %.0f%% used", c.Engine.Waiting, c.Engine.Running, 100*c.Engine.KVUsage)
+	}
+	b.WriteString(")")
+	if first && c.Full > 0 {
+		fmt.Fprintf(&b, "; passed over %d replica(s) at max_concurrent", c.Full)
+	}
+	return b.String()
 }
 
 // Explain renders the plan for the X-LLMesh-Route header: the policy, the
@@ -74,6 +109,15 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 	}
 	if t.Health.Degraded {
 		b.WriteString(", failing on other nodes")
+	}
+	if c := plan.ReplicaChoice(chosen); c != nil {
+		fmt.Fprintf(&b, ", replica %s by %s: %d cached tokens, %d in flight", t.ReplicaName(), c.Policy, c.CachedTokens, c.InFlight)
+		if c.Reason == ReasonPredicted {
+			fmt.Fprintf(&b, ", ttft~%dms", c.TTFT.Milliseconds())
+		}
+		if c.Full > 0 {
+			fmt.Fprintf(&b, ", %d full", c.Full)
+		}
 	}
 	b.WriteString(")")
 	if n := len(plan.Targets) - 1; n > 0 {

@@ -79,6 +79,8 @@ type Target struct {
 	// Spill means this node's own rate share of the provider is spent
 	// and Via is a peer that has some left.
 	Spill bool
+
+	choice int32 // 1 + its index in Plan.Replicas; 0: no replica choice
 }
 
 // Provider returns the target's provider name.
@@ -117,6 +119,9 @@ type Plan struct {
 	// PromptTokens is the planning estimate of prompt tokens and
 	// PromptUpper its upper bound; OutputTokens the largest completion.
 	PromptTokens, PromptUpper, OutputTokens int
+	// Replicas says why each replica target is where it is
+	// (ReplicaChoice); empty when no provider planned has replicas.
+	Replicas []ReplicaChoice
 }
 
 // Policy orders the targets that passed every hard filter.
@@ -213,6 +218,19 @@ type Planner struct {
 	// Spares finds peers with rate share left where this node's is
 	// spent; nil: a node over its share skips the provider.
 	Spares SpareView
+	// Engines reports self-hosted replicas' engine load; nil: replicas
+	// are weighed by this node's requests in flight alone.
+	Engines EngineSignals
+	// ReplicaCost predicts replicas' time to first token for
+	// ReplicaPrefix; the zero value is DefaultReplicaCost.
+	ReplicaCost ReplicaCost
+}
+
+func (p *Planner) cost() ReplicaCost {
+	if p.ReplicaCost.PrefillTokensPerSecond <= 0 {
+		return DefaultReplicaCost()
+	}
+	return p.ReplicaCost
 }
 
 // Plan returns the targets for req in the order to try them. It fails
@@ -267,12 +285,18 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 }
 
 // planOffers adds a target for each offer that passes every hard filter
-// (a target per replica, in the session's ring order), records why the
-// others were left out, and returns how many were compliant.
+// (a target per replica, in the order of its replica policy), records
+// why the others were left out, and returns how many were compliant.
 func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky string, now time.Time) int {
 	compliant := 0
 	if plan.Targets == nil {
-		plan.Targets = make([]Target, 0, len(offers))
+		n := len(offers)
+		for _, o := range offers {
+			if r := o.Provider.Ring; r != nil {
+				n += len(r.replicas) - 1 // a target per replica
+			}
+		}
+		plan.Targets = make([]Target, 0, n)
 	}
 	for _, o := range offers {
 		pv := o.Provider
@@ -342,7 +366,7 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 				continue
 			}
 		}
-		plan.Targets = p.appendReplicas(plan.Targets, t, req, now)
+		plan.Targets = p.appendReplicas(plan.Targets, t, req, plan, now)
 	}
 	return compliant
 }
@@ -435,33 +459,6 @@ func (p *Planner) inJurisdiction(regionName string, j region.Jurisdiction) bool 
 	}
 	r, ok := p.Regions.Lookup(regionName)
 	return ok && r.Jurisdiction == j
-}
-
-// appendReplicas adds t for each of its provider's replicas in the
-// session's ring order (its home first, then its failover order), or t
-// alone for a provider without replicas.
-func (p *Planner) appendReplicas(ts []Target, t Target, req *Request, now time.Time) []Target {
-	ring := t.Offer.Provider.Ring
-	if ring == nil || t.Via != "" {
-		return append(ts, t) // a via node picks the replica itself
-	}
-	var excluded func(int) bool
-	if p.Replicas != nil {
-		excluded = func(i int) bool {
-			return p.Replicas.Health(t.Offer.Provider.ReplicaKey(i), now).Ejected
-		}
-	}
-	var buf [8]int
-	order := ring.Order(req.Session, excluded, now, buf[:0])
-	for k, i := range order {
-		if k > 0 && excluded != nil && excluded(i) {
-			break
-		}
-		rt := t
-		rt.Replica = i
-		ts = append(ts, rt)
-	}
-	return ts
 }
 
 func (plan *Plan) skip(provider, reason string, residency bool, retry time.Duration) {

@@ -189,6 +189,41 @@ func BenchmarkPlan(b *testing.B) {
 // maxPlanAllocs bounds the allocations of one Plan of six providers.
 const maxPlanAllocs = 8
 
+// BenchmarkPlanReplicas plans an 8K-token prompt for a provider of four
+// replicas under the prefix policy, three of them holding some of its
+// prefix: hashed is a request whose prefix was hashed already (a
+// replan), new one hashed afresh.
+func BenchmarkPlanReplicas(b *testing.B) {
+	f := newReplicaFixture(b, ReplicaPrefix)
+	req := chatBody(b, "", text("doc", 32*1024), "q")
+	req.Session = "conv-1"
+	hashes := req.Prefix(f.gpu.Prefix.Seed()).Hashes
+	for r := range 3 {
+		f.gpu.Prefix.Record(hashes[:len(hashes)/(r+1)], r, f.now)
+		f.gpu.Ring.Acquire(r)
+	}
+	b.Run("hashed", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.pl.Plan(req, f.now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("new", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			req.prefix = PromptPrefix{}
+			if _, err := f.pl.Plan(req, f.now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if a := testing.AllocsPerRun(100, func() { _, _ = f.pl.Plan(req, f.now) }); a > maxPlanAllocs {
+		b.Fatalf("Plan makes %.0f allocations, more than %d", a, maxPlanAllocs)
+	}
+}
+
 // fakeMesh is a MeshView of fixed via nodes by region.
 type fakeMesh map[string]string
 

@@ -74,13 +74,17 @@ func (r *Request) Prefix(seed uint64) *PromptPrefix {
 	if p.done && p.seed == seed {
 		return p
 	}
-	key := r.Chat.CacheKey
+	chat := r.Chat
+	if chat == nil {
+		chat = &ChatRequest{API: APIEmbeddings} // nothing to render
+	}
+	key := chat.CacheKey
 	if key == "" {
 		key = r.Session
 	}
 	// A sizing pass first, so that the hashes are one allocation.
 	w := prefixWriter{count: true}
-	r.Chat.renderPrompt(&w)
+	chat.renderPrompt(&w)
 	n := min(w.n/PrefixChunk, MaxPrefixChunks)
 	if key != "" {
 		n++
@@ -95,7 +99,7 @@ func (r *Request) Prefix(seed uint64) *PromptPrefix {
 		w.out = append(w.out, nonzero(w.d.Sum64()))
 	}
 	if n > len(w.out) {
-		r.Chat.renderPrompt(&w)
+		chat.renderPrompt(&w)
 	}
 	*p = PromptPrefix{Hashes: w.out, Keyed: key != "", seed: seed, done: true}
 	return p

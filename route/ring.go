@@ -42,6 +42,7 @@ type Ring struct {
 	fixed    bool // shard by a fixed hash (Deterministic)
 	shards   [ringShards]ringShard
 	cursor   atomic.Uint32 // the shard the next Seat looks after, besides its own
+	turn     atomic.Uint32 // advanced by each Acquire: the rotation round-robin follows
 }
 
 type ringShard struct {
@@ -156,14 +157,32 @@ func (r *Ring) Order(key string, excluded func(i int) bool, now time.Time, out [
 		home = s.replica
 	}
 	sh.mu.Unlock()
+	return r.order(home, hash64(key, 0), r.seated, excluded, out)
+}
 
-	// The bound: c × the mean seated per live replica, counting this
-	// session if it has no seat yet.
+// OrderAt is Order for a request placed by hash h (its prompt's first
+// chunk) rather than a session, which has no seat to keep: the replicas
+// clockwise from h, those whose requests in flight would exceed c × the
+// mean after it, and excluded ones, last.
+func (r *Ring) OrderAt(h uint64, excluded func(i int) bool, out []int) []int {
+	out = out[:0]
+	if len(r.replicas) == 0 {
+		return out
+	}
+	return r.order(-1, mix(h), r.inFlight, excluded, out)
+}
+
+// order is the replicas clockwise from pos, home (if not -1) first, each
+// within the bound on loads.
+func (r *Ring) order(home int, pos uint64, loads []atomic.Int64, excluded func(i int) bool, out []int) []int {
+	n := len(r.replicas)
+	// The bound: c × the mean load per live replica, counting this
+	// request's (its session's, if it has no seat yet).
 	var total int64
 	live := 0
 	for i := range n {
 		if excluded == nil || !excluded(i) {
-			total += r.seated[i].Load()
+			total += loads[i].Load()
 			live++
 		}
 	}
@@ -174,7 +193,7 @@ func (r *Ring) Order(key string, excluded func(i int) bool, now time.Time, out [
 	if home >= 0 {
 		out = append(out, home)
 	}
-	start, _ := slices.BinarySearch(r.points, hash64(key, 0)&^0xff)
+	start, _ := slices.BinarySearch(r.points, pos&^0xff)
 	// Which replicas are placed: a bitmask for the usual handful, a slice
 	// beyond 64.
 	var seen uint64
@@ -205,7 +224,7 @@ func (r *Ring) Order(key string, excluded func(i int) bool, now time.Time, out [
 		switch {
 		case excluded != nil && excluded(i):
 			bad = append(bad, i)
-		case r.seated[i].Load()+1 > limit:
+		case loads[i].Load()+1 > limit:
 			full = append(full, i) // over the bound: after the others
 		default:
 			out = append(out, i)
@@ -294,8 +313,35 @@ func (r *Ring) sweep(sh *ringShard, now time.Time, evict int) {
 	}
 }
 
-// Acquire counts a request in flight on replica i; Release ends it.
-func (r *Ring) Acquire(i int) { r.inFlight[i].Add(1) }
+// Acquire counts a request in flight on replica i, and advances the
+// rotation; Release ends it.
+func (r *Ring) Acquire(i int) {
+	r.inFlight[i].Add(1)
+	r.turn.Add(1)
+}
+
+// TryAcquire is Acquire unless replica i has limit requests in flight
+// already (limit 0: none), when it reports false and counts nothing.
+func (r *Ring) TryAcquire(i int, limit int) bool {
+	if limit <= 0 {
+		r.Acquire(i)
+		return true
+	}
+	for {
+		n := r.inFlight[i].Load()
+		if n >= int64(limit) {
+			return false
+		}
+		if r.inFlight[i].CompareAndSwap(n, n+1) {
+			r.turn.Add(1)
+			return true
+		}
+	}
+}
+
+// Turn is the replica whose turn it is in rotation: one further for
+// every request acquired.
+func (r *Ring) Turn() int { return int(r.turn.Load() % uint32(len(r.replicas))) }
 
 // Release ends a request counted by Acquire.
 func (r *Ring) Release(i int) { r.inFlight[i].Add(-1) }

@@ -139,11 +139,7 @@ func (w *world) buildNode(regionName string, i int, policy route.Policy) error {
 		if n.catalog, err = route.NewCatalog(slices.Clone(w.providers)); err != nil {
 			return err
 		}
-		for _, p := range n.catalog.Providers() {
-			if p.Ring != nil {
-				p.Ring.Deterministic()
-			}
-		}
+		n.catalog.Deterministic()
 	}
 	n.tracker = route.NewTracker(route.DefaultHealthConfig(), route.TrackerHooks{})
 	n.planner = &route.Planner{Self: n.name, Region: regionName, Catalog: n.catalog, Health: n.tracker, Policy: policy,
