@@ -14,6 +14,7 @@ type (
 	TLSSection      = config.TLSSection
 	RegionSection   = config.RegionSection
 	ProviderSection = config.ProviderSection
+	ReplicaSection  = config.ReplicaSection
 	RateSection     = config.RateSection
 	ModelSection    = config.ModelSection
 	TenantSection   = config.TenantSection

@@ -72,6 +72,9 @@ func (n *Node) explanation(req *route.Request, plan *route.Plan, err error) view
 		if tg.Offer.Provider.Ring != nil && tg.Via == "" {
 			v.Replica = tg.ReplicaName()
 		}
+		if c := plan.ReplicaChoice(i); c != nil {
+			v.ReplicaChoice = replicaChoiceView(c)
+		}
 		out.Targets = append(out.Targets, v)
 	}
 	for _, s := range plan.Skipped {
@@ -81,4 +84,16 @@ func (n *Node) explanation(req *route.Request, plan *route.Plan, err error) view
 		out.Route = plan.Explain(0, nil)
 	}
 	return out
+}
+
+func replicaChoiceView(c *route.ReplicaChoice) *views.ReplicaChoiceView {
+	v := &views.ReplicaChoiceView{Policy: string(c.Policy), Reason: string(c.Reason), CachedTokens: c.CachedTokens,
+		InFlight: c.InFlight, MaxConcurrent: c.Capacity, PassedOverFull: c.Full}
+	if c.Reason == route.ReasonPredicted {
+		v.PredictedTTFTMs = ms(c.TTFT)
+	}
+	if c.Fresh {
+		v.Engine = &views.EngineView{Waiting: c.Engine.Waiting, Running: c.Engine.Running, KVUsage: c.Engine.KVUsage}
+	}
+	return v
 }

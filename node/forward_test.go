@@ -21,7 +21,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/pki"
+	"github.com/llmesh/llmesh/node/views"
 	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness"
 	"github.com/llmesh/llmesh/sim/harness/wait"
@@ -500,7 +502,7 @@ func TestReplicaAffinityThroughNode(t *testing.T) {
 		replicas = append(replicas, e.URL())
 	}
 	cfg := baseConfig()
-	cfg.Providers = []node.ProviderSection{{Name: "gpu", Region: "eu-west", Reach: "region", BaseURL: replicas[0], Replicas: replicas,
+	cfg.Providers = []node.ProviderSection{{Name: "gpu", Region: "eu-west", Reach: "region", BaseURL: replicas[0], Replicas: config.ReplicaURLs(replicas...),
 		Models: []node.ModelSection{{Name: "llama", InputUSDPerMTok: 0.05, OutputUSDPerMTok: 0.1}}}}
 	cfg.Outlier.ConsecutiveFailures = 2
 	nd := startConfigured(t, cfg)
@@ -524,6 +526,22 @@ func TestReplicaAffinityThroughNode(t *testing.T) {
 				t.Fatalf("%s moved from %s to %s on turn %d", s, home[s], r, k)
 			}
 		}
+	}
+	// Explain and X-LLMesh-Route say why the session's replica: the
+	// prefix policy expects its (short) prompt cached there.
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/route/explain", strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("X-LLMesh-Session", "conv-7")
+	var e views.Explanation
+	if resp, err := http.DefaultClient.Do(req); err != nil || json.NewDecoder(resp.Body).Decode(&e) != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	if c := e.Targets[0].ReplicaChoice; e.Targets[0].Replica != home["conv-7"] || c == nil || c.Policy != "prefix" ||
+		c.Reason != "predicted_ttft" || c.CachedTokens == 0 || len(e.Targets) != 4 {
+		t.Fatalf("explain: %+v, first choice %+v", e.Targets, c)
+	}
+	if r := postTo(t, url, `{"model":"llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, "X-LLMesh-Session", "conv-7"); !strings.Contains(r.Header.Get("X-LLMesh-Route"), "replica "+home["conv-7"]+" by prefix") {
+		t.Fatalf("X-LLMesh-Route: %s", r.Header.Get("X-LLMesh-Route"))
 	}
 	per := map[string]int{}
 	for _, r := range home {

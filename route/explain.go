@@ -20,6 +20,9 @@ func (plan *Plan) Why(i int) []string {
 		why = append(why, "failing on other nodes: ranked below healthy providers")
 	}
 	why = append(why, fmt.Sprintf("expected cost $%.6f (at most $%.6f)", t.Cost, t.MaxCost))
+	if h := t.Health.CacheHit; h > 0 {
+		why = append(why, fmt.Sprintf("%.0f%% of the prompt expected from the provider's cache, as in its recent answers", 100*h))
+	}
 	switch {
 	case t.Health.TTFT > 0:
 		why = append(why, fmt.Sprintf("time to first token %dms", t.Health.TTFT.Milliseconds()))

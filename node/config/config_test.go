@@ -109,6 +109,37 @@ func TestCachedInputPrice(t *testing.T) {
 	}
 }
 
+// A replica is its URL, or a mapping with its name and max_concurrent,
+// read as strictly as the rest.
+func TestReplicasAsURLsOrMappings(t *testing.T) {
+	doc := strings.Replace(validConfig, "replicas: [http://10.0.1.10:8000, http://10.0.1.11:8000]",
+		"replica_policy: round_robin\n    replicas:\n      - http://10.0.1.10:8000\n      - {url: http://10.0.1.11:8000, name: a100-1, max_concurrent: 16}", 1)
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Resolve(c, testEnvOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Providers[0]
+	if p.ReplicaPolicy != "round_robin" || len(p.Replicas) != 2 || p.Replicas[1] != "http://10.0.1.11:8000" ||
+		p.ReplicaNames[1] != "a100-1" || p.ReplicaCapacity[0] != 0 || p.ReplicaCapacity[1] != 16 {
+		t.Fatalf("replicas: %+v", p)
+	}
+	for _, tc := range []struct{ replica, want string }{
+		{"{url: http://10.0.1.11:8000, max_conc: 4}", "providers[0].replicas[1].max_conc: unknown field (line 27)"},
+		{"[http://10.0.1.11:8000]", "providers[0].replicas[1]: a seq is not a valid ReplicaSection (line 27)"},
+		{"{url: http://10.0.1.11:8000, max_concurrent: many}", `providers[0].replicas[1].max_concurrent: "many" is not a valid int (line 27)`},
+	} {
+		doc := strings.Replace(validConfig, "replicas: [http://10.0.1.10:8000, http://10.0.1.11:8000]",
+			"replicas:\n      - http://10.0.1.10:8000\n      - "+tc.replica, 1)
+		if _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.replica, err, tc.want)
+		}
+	}
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct{ name, edit, want string }{
 		{"unknown top-level key", "colour: blue\n", "colour: unknown field (line 46)"},

@@ -82,13 +82,16 @@ type RegionSection struct {
 
 // ProviderSection is one upstream provider.
 type ProviderSection struct {
-	Name          string         `yaml:"name"`
-	Kind          string         `yaml:"kind"`          // openai (default) | azure
-	Region        string         `yaml:"region"`        // one of regions[].name
-	Reach         string         `yaml:"reach"`         // global (default) | region
-	Jurisdictions []string       `yaml:"jurisdictions"` // default: the region's
-	BaseURL       string         `yaml:"base_url"`
-	Replicas      []string       `yaml:"replicas"`
+	Name          string           `yaml:"name"`
+	Kind          string           `yaml:"kind"`          // openai (default) | azure
+	Region        string           `yaml:"region"`        // one of regions[].name
+	Reach         string           `yaml:"reach"`         // global (default) | region
+	Jurisdictions []string         `yaml:"jurisdictions"` // default: the region's
+	BaseURL       string           `yaml:"base_url"`
+	Replicas      []ReplicaSection `yaml:"replicas"`
+	// ReplicaPolicy chooses among the replicas: prefix (the default),
+	// session, least_loaded or round_robin.
+	ReplicaPolicy string         `yaml:"replica_policy"`
 	APIKeyEnv     string         `yaml:"api_key_env"`
 	APIVersion    string         `yaml:"api_version"` // azure only, required there
 	Priority      int            `yaml:"priority"`
@@ -98,6 +101,49 @@ type ProviderSection struct {
 	// metrics, below its base URL's host: /metrics by default for the
 	// vllm, sglang and tgi kinds, none for the others; off scrapes none.
 	MetricsPath string `yaml:"metrics_path"`
+}
+
+// ReplicaSection is one replica of a provider: its base URL, written as
+// a string alone or as a mapping with its settings.
+type ReplicaSection struct {
+	URL string `yaml:"url"`
+	// Name names it to clients (X-LLMesh-Replica) and operators;
+	// default PROVIDER/INDEX.
+	Name string `yaml:"name"`
+	// MaxConcurrent bounds this node's requests in flight on it and
+	// weighs it among the replicas; 0: unbounded.
+	MaxConcurrent int `yaml:"max_concurrent"`
+}
+
+// ReplicaURLs is replicas given by their URLs alone.
+func ReplicaURLs(urls ...string) []ReplicaSection {
+	out := make([]ReplicaSection, len(urls))
+	for i, u := range urls {
+		out[i].URL = u
+	}
+	return out
+}
+
+// UnmarshalYAML reads a replica written as its URL or as a mapping, whose
+// keys are checked as strictly as the rest of the file's.
+func (r *ReplicaSection) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*r = ReplicaSection{}
+		return n.Decode(&r.URL)
+	}
+	// Errors in the decoder's own form, which Parse renders as paths.
+	if n.Kind != yaml.MappingNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into config.ReplicaSection", n.Line, n.ShortTag())}}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k := n.Content[i]; k.Value {
+		case "url", "name", "max_concurrent":
+		default:
+			return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: field %s not found in type config.ReplicaSection", k.Line, k.Value)}}
+		}
+	}
+	type plain ReplicaSection // without this method
+	return n.Decode((*plain)(r))
 }
 
 // RateSection is a provider's mesh-wide rate limits; 0 means none.

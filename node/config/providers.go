@@ -32,7 +32,7 @@ func resolveProviders(c *File, env Env, s *Runtime, p *problems) {
 func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env, p *problems) route.Provider {
 	rp := route.Provider{
 		Name: ps.Name, Kind: route.Kind(ps.Kind), Region: ps.Region, Reach: route.Reach(ps.Reach),
-		BaseURL: ps.BaseURL, Replicas: ps.Replicas, APIVersion: ps.APIVersion, Priority: ps.Priority,
+		BaseURL: ps.BaseURL, APIVersion: ps.APIVersion, Priority: ps.Priority,
 		RPM: ps.Limits.RPM, TPM: ps.Limits.TPM,
 	}
 	if rp.Kind == "" {
@@ -54,9 +54,7 @@ func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env
 	if ps.BaseURL != "" {
 		p.url(f+".base_url", ps.BaseURL)
 	}
-	for j, r := range ps.Replicas {
-		p.url(fmt.Sprintf("%s.replicas[%d]", f, j), r)
-	}
+	resolveReplicas(f, ps, &rp, p)
 	p.envName(f+".api_key_env", ps.APIKeyEnv)
 	if ps.APIKeyEnv != "" {
 		rp.APIKey = p.secret(f+".api_key_env", ps.APIKeyEnv, env.Getenv)
@@ -76,6 +74,48 @@ func resolveProvider(f string, ps *ProviderSection, regions *region.Map, env Env
 	rp.Models = resolveModels(f, rp.Kind, ps.Models, p)
 	rp.MetricsPath = metricsPath(f, rp.Kind, ps.MetricsPath, p)
 	return rp
+}
+
+// resolveReplicas checks a provider's replicas and their policy.
+func resolveReplicas(f string, ps *ProviderSection, rp *route.Provider, p *problems) {
+	names := map[string]bool{}
+	capacities := false
+	for j, r := range ps.Replicas {
+		rf := fmt.Sprintf("%s.replicas[%d]", f, j)
+		if r.URL == "" {
+			p.bad(rf+".url", "is required")
+		} else {
+			p.url(rf, r.URL)
+		}
+		if r.Name != "" && !nodeNamePattern.MatchString(r.Name) {
+			p.bad(rf+".name", "%q must be 1-64 letters, digits, '.', '_' or '-'", r.Name)
+		} else if names[r.Name] {
+			p.bad(rf+".name", "%q names another replica", r.Name)
+		}
+		names[r.Name] = r.Name != ""
+		if r.MaxConcurrent < 0 {
+			p.bad(rf+".max_concurrent", "must not be negative")
+		}
+		capacities = capacities || r.MaxConcurrent > 0
+		rp.Replicas = append(rp.Replicas, r.URL)
+		rp.ReplicaNames = append(rp.ReplicaNames, r.Name)
+		rp.ReplicaCapacity = append(rp.ReplicaCapacity, r.MaxConcurrent)
+	}
+	if !slices.ContainsFunc(rp.ReplicaNames, func(n string) bool { return n != "" }) {
+		rp.ReplicaNames = nil
+	}
+	if !capacities {
+		rp.ReplicaCapacity = nil
+	}
+	if capacities && len(ps.Replicas) < 2 {
+		p.bad(f+".replicas", "max_concurrent is for providers of two replicas or more (one server bounds its own, as vLLM's --max-num-seqs does)")
+	}
+	if ps.ReplicaPolicy != "" {
+		rp.ReplicaPolicy = route.ReplicaPolicy(ps.ReplicaPolicy)
+		if !slices.Contains(route.ReplicaPolicies, rp.ReplicaPolicy) {
+			p.bad(f+".replica_policy", "%q must be prefix, session, least_loaded or round_robin", ps.ReplicaPolicy)
+		}
+	}
 }
 
 // providerJurisdictions checks a provider's region and is where it may

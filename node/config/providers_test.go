@@ -15,7 +15,7 @@ func TestResolveProviders(t *testing.T) {
 	}
 	azure := func() ProviderSection {
 		return ProviderSection{Name: "az", Kind: "azure", Region: "us-east", Reach: "region", Jurisdictions: []string{"us", "eu"},
-			Replicas: []string{"https://a.example", "https://b.example"}, APIVersion: "2024-10-21",
+			Replicas: ReplicaURLs("https://a.example", "https://b.example"), APIVersion: "2024-10-21",
 			Models: []ModelSection{{Name: "gpt-4o", Deployment: "prod", MaxOutputTokens: 100}}}
 	}
 	with := func(ps ...ProviderSection) func(*File) { return func(f *File) { f.Providers = ps } }
@@ -44,10 +44,29 @@ func TestResolveProviders(t *testing.T) {
 		})), err: strings.Join([]string{"providers[0].region: is required", `providers[1].region: "mars" is not one of regions[].name`,
 			`providers[1].jurisdictions[0]: "EU!" is not a valid jurisdiction`}, "\n")},
 		{name: "urls", edit: with(edited(openai(), func(p *ProviderSection) { p.BaseURL = "" }), edited(openai(), func(p *ProviderSection) {
-			p.Name, p.BaseURL, p.Replicas = "b", "example.com", []string{"https://k:s@x.example"}
+			p.Name, p.BaseURL, p.Replicas = "b", "example.com", ReplicaURLs("https://k:s@x.example")
 		})), err: strings.Join([]string{"providers[0].base_url: is required (or give replicas)",
 			`providers[1].base_url: "example.com" is not an absolute http(s) URL`,
 			"providers[1].replicas[0]: credentials belong in api_key_env, not in the URL"}, "\n")},
+		{name: "replica settings", edit: with(edited(azure(), func(p *ProviderSection) {
+			p.ReplicaPolicy = "least_loaded"
+			p.Replicas = []ReplicaSection{{URL: "https://a.example", Name: "a100-0", MaxConcurrent: 8}, {URL: "https://b.example"}}
+		})), want: func(s *Runtime) {
+			s.Providers = []route.Provider{{Name: "az", Kind: route.KindAzure, Region: "us-east", Reach: route.ReachRegion,
+				Jurisdictions: region.NewSet("us", "eu"), Replicas: []string{"https://a.example", "https://b.example"},
+				ReplicaNames: []string{"a100-0", ""}, ReplicaCapacity: []int{8, 0}, ReplicaPolicy: route.ReplicaLeastLoaded,
+				APIVersion: "2024-10-21", Models: []route.Model{{Name: "gpt-4o", Deployment: "prod", MaxOutputTokens: 100}}}}
+		}},
+		{name: "bad replica settings", edit: with(edited(azure(), func(p *ProviderSection) {
+			p.ReplicaPolicy = "random"
+			p.Replicas = []ReplicaSection{{URL: "https://a.example", Name: "x y", MaxConcurrent: -1}, {Name: "b"}, {URL: "https://c.example", Name: "b"}}
+		}), edited(openai(), func(p *ProviderSection) {
+			p.Name, p.Replicas = "solo", []ReplicaSection{{URL: "https://s.example", MaxConcurrent: 4}}
+		})), err: strings.Join([]string{`providers[0].replicas[0].name: "x y" must be 1-64 letters, digits, '.', '_' or '-'`,
+			"providers[0].replicas[0].max_concurrent: must not be negative", "providers[0].replicas[1].url: is required",
+			`providers[0].replicas[2].name: "b" names another replica`,
+			`providers[0].replica_policy: "random" must be prefix, session, least_loaded or round_robin`,
+			"providers[1].replicas: max_concurrent is for providers of two replicas or more (one server bounds its own, as vLLM's --max-num-seqs does)"}, "\n")},
 		{name: "key", edit: with(edited(openai(), func(p *ProviderSection) { p.APIKeyEnv = "NOPE" })),
 			err: "providers[0].api_key_env: environment variable NOPE is empty or unset"},
 		{name: "azure only", edit: with(edited(openai(), func(p *ProviderSection) { p.APIVersion, p.Models[0].Deployment = "1", "d" })),

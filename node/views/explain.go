@@ -35,6 +35,36 @@ type TargetView struct {
 	TTFTMs     float64  `json:"ttft_ms,omitempty"`
 	LatencyMs  float64  `json:"latency_ms,omitempty"`
 	Why        []string `json:"why"`
+	// ReplicaChoice says why this replica of a provider with replicas.
+	ReplicaChoice *ReplicaChoiceView `json:"replica_choice,omitempty"`
+}
+
+// ReplicaChoiceView is why a target's replica is where it is among its
+// provider's.
+type ReplicaChoiceView struct {
+	Policy string `json:"policy"` // prefix, session, least_loaded, round_robin
+	// Reason is what ordered it: predicted_ttft, session_hash,
+	// prefix_hash, least_loaded or round_robin.
+	Reason       string `json:"reason"`
+	CachedTokens int    `json:"cached_tokens"` // expected in its prefix cache
+	InFlight     int    `json:"in_flight"`     // this node's requests there
+	// MaxConcurrent is its capacity, absent when unbounded.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// PredictedTTFTMs is its predicted time to first token, when
+	// predicted_ttft ordered it.
+	PredictedTTFTMs float64 `json:"predicted_ttft_ms,omitempty"`
+	// Engine is what its engine last reported, when fresh enough to use.
+	Engine *EngineView `json:"engine,omitempty"`
+	// PassedOverFull is how many replicas were passed over at their
+	// max_concurrent.
+	PassedOverFull int `json:"passed_over_full,omitempty"`
+}
+
+// EngineView is a self-hosted replica's engine load as last reported.
+type EngineView struct {
+	Waiting int     `json:"waiting"`
+	Running int     `json:"running"`
+	KVUsage float64 `json:"kv_usage"` // 0 to 1
 }
 
 // DroppedView is a provider the plan left out.

@@ -86,7 +86,7 @@ func StartDemo(ctx context.Context, firstHTTP string, logger *slog.Logger) (*Dem
 		for j := range cfg.Providers {
 			p := &cfg.Providers[j]
 			if p.BaseURL = urls[p.Name][0]; len(urls[p.Name]) > 1 {
-				p.Replicas = urls[p.Name]
+				p.Replicas = config.ReplicaURLs(urls[p.Name]...)
 			}
 		}
 		for j := range cfg.Tenants {
