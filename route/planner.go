@@ -366,7 +366,7 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 				continue
 			}
 		}
-		plan.Targets = p.appendReplicas(plan.Targets, t, req, plan, now)
+		plan.Targets = p.appendReplicas(plan.Targets, &t, req, plan, now)
 	}
 	return compliant
 }

@@ -132,12 +132,18 @@ type replicaFigures struct {
 // max_concurrent left out, ejected ones after the first only when every
 // one is), or t alone for a provider without replicas. A provider whose
 // every live replica is at its max_concurrent is skipped.
-func (p *Planner) appendReplicas(ts []Target, t Target, req *Request, plan *Plan, now time.Time) []Target {
+func (p *Planner) appendReplicas(ts []Target, t *Target, req *Request, plan *Plan, now time.Time) []Target {
+	if t.Offer.Provider.Ring == nil || t.Via != "" {
+		return append(ts, *t) // a via node picks the replica itself
+	}
+	return p.appendChosen(ts, t, req, plan, now)
+}
+
+// appendChosen is appendReplicas for a provider with replicas, apart so
+// that the others' planning does without its frame.
+func (p *Planner) appendChosen(ts []Target, t *Target, req *Request, plan *Plan, now time.Time) []Target {
 	pv := t.Offer.Provider
 	ring := pv.Ring
-	if ring == nil || t.Via != "" {
-		return append(ts, t) // a via node picks the replica itself
-	}
 	var excluded func(int) bool
 	if p.Replicas != nil {
 		excluded = func(i int) bool { return p.Replicas.Health(pv.ReplicaKey(i), now).Ejected }
@@ -188,7 +194,7 @@ func (p *Planner) appendReplicas(ts []Target, t Target, req *Request, plan *Plan
 			Policy: pv.ReplicaPolicy, Reason: reason, InFlight: int(ring.InFlight(i)), Capacity: pv.Capacity(i),
 			CachedTokens: c.cached(&fig, plan.PromptTokens, i), Engine: fig.engine[i], Fresh: fig.fresh[i], TTFT: fig.ttft[i], Full: full,
 		})
-		rt := t
+		rt := *t
 		rt.Replica, rt.choice = i, int32(len(plan.Replicas))
 		ts = append(ts, rt)
 	}
