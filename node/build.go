@@ -121,7 +121,7 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 	n.quota = quota
 	planner := &route.Planner{
 		Self: s.Name, Region: s.Region, Catalog: catalog, Health: health, Replicas: n.replicas, Quota: quota,
-		Regions: s.Regions, Affinity: affinity,
+		Regions: s.Regions, Affinity: affinity, Engines: n.engines,
 	}
 	var fwd route.Forwarder
 	if n.mesh != nil {
