@@ -11,9 +11,10 @@ func (x *exchange) respond(c *completion) {
 	e := x.e
 	delivered := 0
 	defer func() { e.rec.charge(c.prompt, delivered, x.cfg.cost(c.model, c.prompt, delivered)) }()
-	if !x.pace.until(x.arrived.Add(x.cfg.Latency + x.cfg.TTFT + tokenTime(x.cfg, c.tokens-1))) {
+	if !x.awaitAll(x.arrived.Add(x.cfg.Latency + x.cfg.TTFT + tokenTime(x.cfg, c.tokens-1))) {
 		return
 	}
+	c.cached = x.cached()
 	bp := e.buffer()
 	defer e.release(bp)
 	*bp = c.appendResponse((*bp)[:0])
@@ -53,7 +54,7 @@ func (x *exchange) stream(c *completion) {
 	prefix := c.appendChunkPrefix(nil)
 	sent := 0
 	for step := range c.steps() {
-		if !x.pace.until(t0.Add(c.offset(x.cfg, step))) {
+		if !x.await(c.token(step), t0.Add(c.offset(x.cfg, step))) {
 			return
 		}
 		if step == 0 && c.azure && !send(appendAzurePromptChunk((*bp)[:0], c.includeUsage)) {
@@ -69,6 +70,9 @@ func (x *exchange) stream(c *completion) {
 			}
 		}
 	}
+	if !x.awaitDone() {
+		return
+	}
 	for ch := range c.n {
 		b := c.appendChunkHead((*bp)[:0], prefix, ch)
 		if !send(c.appendChunkTail(append(b, "{}"...), c.finish)) {
@@ -79,7 +83,7 @@ func (x *exchange) stream(c *completion) {
 		b := append((*bp)[:0], "data: "...)
 		b = append(b, prefix...)
 		b = append(b, `],"usage":`...)
-		b = appendUsage(b, c.prompt, c.tokens*c.n)
+		b = appendUsage(b, c.prompt, c.tokens*c.n, x.cached())
 		if !send(append(b, "}\n\n"...)) {
 			return
 		}
@@ -129,7 +133,7 @@ func (c *completion) appendResponse(b []byte) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)
-	b = appendUsage(b, c.prompt, c.tokens*c.n)
+	b = appendUsage(b, c.prompt, c.tokens*c.n, c.cached)
 	b = append(b, `,"service_tier":"default","system_fingerprint":"`+systemFingerprint+`"`...)
 	if c.azure {
 		b = append(b, ',')

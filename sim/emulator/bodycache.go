@@ -18,6 +18,7 @@ type analysis struct {
 	// answersTool: the last message is a tool's result, which the model
 	// answers in a short text that ends by itself.
 	answersTool bool
+	blocks      promptBlocks // the prompt's, when an engine serves it
 }
 
 // bodyCache remembers the analysis of recent request bodies. Counting

@@ -59,6 +59,13 @@ func (x *exchange) chat(body []byte, dep string, azure bool) {
 	default:
 		c.tokens, c.finish = cfg.DefaultMaxTokens, "stop"
 	}
+	var out []int
+	if c.call == nil {
+		out = x.answerIDs(c.textKey, c.tokens)
+	}
+	if !x.startEngine(c.prompt, a.blocks, out, c.tokens) {
+		return
+	}
 	if req.Stream {
 		x.stream(c)
 	} else {
@@ -72,7 +79,7 @@ func (x *exchange) chat(body []byte, dep string, azure bool) {
 // ends after one call. Bodies seen recently are not analysed again.
 func (x *exchange) analyse(body []byte, req *route.ChatRequest) (analysis, *apiError) {
 	key, a, ok := x.e.bodies.get(body)
-	if ok {
+	if ok && (x.eng == nil || a.blocks.block == x.eng.block()) {
 		return a, nil
 	}
 	t, aerr := readTools(body)
@@ -80,10 +87,7 @@ func (x *exchange) analyse(body []byte, req *route.ChatRequest) (analysis, *apiE
 		return a, aerr
 	}
 	tok := x.e.tok
-	a.prompt = tok.CountMessages(req.Messages)
-	if t.raw != nil {
-		a.prompt += tok.Count(string(t.raw))
-	}
+	a.prompt, a.blocks = x.promptOf(string(t.raw), req.Messages)
 	// A tool's result ends the loop: the model answers it in text.
 	if a.call = t.call; len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
 		a.call, a.answersTool = nil, true
@@ -106,6 +110,7 @@ type completion struct {
 	tokens       int  // completion tokens per choice
 	finish       string
 	prompt       int // prompt tokens
+	cached       int // of those, found in the engine's prefix cache
 	includeUsage bool
 	textKey      uint64 // selects the words
 	callKey      uint64 // selects the tool call ids
@@ -133,6 +138,15 @@ func (c *completion) stepTokens(step int) int {
 		return c.tokens - (len(c.frags) - 1) // the last fragment carries the rest
 	}
 	return 1
+}
+
+// token is the index of the token chunk step waits for: a call's header
+// goes with its first fragment.
+func (c *completion) token(step int) int {
+	if c.call != nil {
+		return max(0, step-1)
+	}
+	return step
 }
 
 // offset is when chunk step is due after the headers: TTFT for the first

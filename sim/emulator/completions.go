@@ -27,10 +27,11 @@ type legacy struct {
 	id           string
 	model        string
 	created      int64
-	prompt       int         // prompt tokens
-	choices      []generated // n per prompt, prompt by prompt
-	echo         []string    // per choice, the prompt echoed before it; nil without echo
-	finish       string      // when no stop sequence ended a choice
+	prompt       int          // prompt tokens
+	blocks       promptBlocks // the prompts', when an engine serves them
+	choices      []generated  // n per prompt, prompt by prompt
+	echo         []string     // per choice, the prompt echoed before it; nil without echo
+	finish       string       // when no stop sequence ended a choice
 	includeUsage bool
 }
 
@@ -50,7 +51,7 @@ func (x *exchange) legacyCompletion(body []byte) {
 		x.fail(aerr)
 		return
 	}
-	if !x.served(lc.model) || x.unlucky() {
+	if !x.served(lc.model) || x.unlucky() || !x.startEngine(lc.prompt, lc.blocks, nil, lc.longest()) {
 		return
 	}
 	if req.Stream {
@@ -90,7 +91,7 @@ func (x *exchange) readLegacy(req *legacyRequest) (*legacy, *apiError) {
 		return nil, invalidParam("n", "The request asks for more than "+strconv.Itoa(4*maxCompletionTokens)+" completion tokens in all.")
 	}
 	lc.includeUsage = req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	lc.prompt = x.countPrompts(prompts)
+	lc.prompt, lc.blocks = x.inputsOf(prompts)
 	lc.id = string(appendID(nil, "cmpl-", draw(cfg.Seed, x.seq, saltID)^fnv(cfg.Name), 29))
 	key := draw(cfg.Seed, x.seq, saltText)
 	for p := range prompts {
@@ -133,6 +134,16 @@ func (lc *legacy) completionTokens() int {
 	return n
 }
 
+// longest is the tokens of the longest choice, which an engine
+// generates as one sequence.
+func (lc *legacy) longest() int {
+	n := 0
+	for i := range lc.choices {
+		n = max(n, lc.choices[i].tokens)
+	}
+	return n
+}
+
 // finishOf is the finish_reason of choice i.
 func (lc *legacy) finishOf(i int) string {
 	if lc.choices[i].stop != "" {
@@ -145,11 +156,7 @@ func (x *exchange) respondLegacy(lc *legacy) {
 	out := lc.completionTokens()
 	delivered := 0
 	defer func() { x.e.rec.charge(lc.prompt, delivered, x.cfg.cost(lc.model, lc.prompt, delivered)) }()
-	longest := 0
-	for i := range lc.choices {
-		longest = max(longest, lc.choices[i].tokens)
-	}
-	if !x.pace.until(x.whole(longest)) {
+	if !x.awaitAll(x.whole(lc.longest())) {
 		return
 	}
 	bp := x.e.buffer()
@@ -166,7 +173,7 @@ func (x *exchange) respondLegacy(lc *legacy) {
 		b = lc.appendChoice(b, i, text, lc.finishOf(i))
 	}
 	b = lc.appendTail(b, `,"usage":`)
-	b = appendUsage(b, lc.prompt, out)
+	b = appendUsage(b, lc.prompt, out, x.cached())
 	*bp = append(b, '}')
 	x.answerOK(*bp)
 	delivered = out
@@ -225,7 +232,7 @@ func (x *exchange) streamLegacy(lc *legacy) {
 		return s.send(*bp)
 	}
 	for step := range steps {
-		if !s.at(due(x.cfg, step)) {
+		if !s.token(step) {
 			return
 		}
 		for i := range lc.choices {
@@ -246,6 +253,9 @@ func (x *exchange) streamLegacy(lc *legacy) {
 			}
 		}
 	}
+	if !x.awaitDone() {
+		return
+	}
 	for i := range lc.choices {
 		if !chunk(i, "", lc.finishOf(i)) {
 			return
@@ -254,7 +264,7 @@ func (x *exchange) streamLegacy(lc *legacy) {
 	}
 	if lc.includeUsage {
 		b := lc.appendTail(lc.appendHead(append((*bp)[:0], "data: "...)), `,"usage":`)
-		b = appendUsage(b, lc.prompt, lc.completionTokens())
+		b = appendUsage(b, lc.prompt, lc.completionTokens(), x.cached())
 		if *bp = append(b, "}\n\n"...); !s.send(*bp) {
 			return
 		}

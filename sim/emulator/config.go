@@ -68,6 +68,22 @@ type Config struct {
 	// NoResponses makes the emulator a server without the Responses API,
 	// as vLLM-style servers are: /v1/responses and its sub-paths get 404.
 	NoResponses bool
+	// Engine, when set, makes the emulator an inference engine replica
+	// (sim/engine; a preset such as engine.Llama8BOnH100 looks like a
+	// real deployment): generating requests (all but embeddings) queue
+	// for a place in the batch and KV cache blocks, the first token
+	// comes once the prompt tokens not found in the prefix cache are
+	// computed, and the others at the engine's steps, slower the fuller
+	// the batch. TTFT and TPS are then unused (Latency still delays the
+	// headers, before the request reaches the engine); a request of n
+	// choices, or of several legacy prompts, runs as one sequence, as
+	// long as its longest choice. Answers report the prompt
+	// tokens found cached (prompt_tokens_details.cached_tokens,
+	// input_tokens_details.cached_tokens, cache_read_input_tokens), and
+	// GET /metrics the engine's load under vLLM's names. Changing it with
+	// SetConfig starts a new engine, empty, as a restarted server; the
+	// requests of the old one finish there.
+	Engine *EngineConfig
 }
 
 // defaultEmbeddingDimensions is the vector length of an embedding model
@@ -98,6 +114,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("emulator: RPM must not be negative (0 is unlimited), got %d", c.RPM)
 	case c.DefaultMaxTokens < 0 || c.DefaultMaxTokens > maxCompletionTokens:
 		return fmt.Errorf("emulator: DefaultMaxTokens must be between 0 (meaning 16) and %d, got %d", maxCompletionTokens, c.DefaultMaxTokens)
+	}
+	if c.Engine != nil {
+		if err := c.Engine.Validate(); err != nil {
+			return fmt.Errorf("emulator: Engine: %w", err)
+		}
 	}
 	for name, p := range c.Models {
 		if name == "" {
@@ -138,6 +159,10 @@ func (c Config) normalized() *Config {
 	c.Models = maps.Clone(c.Models)
 	c.Deployments = maps.Clone(c.Deployments)
 	c.EmbeddingDimensions = maps.Clone(c.EmbeddingDimensions)
+	if c.Engine != nil {
+		eng := *c.Engine
+		c.Engine = &eng
+	}
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = 16
 	}

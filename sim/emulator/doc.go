@@ -14,6 +14,29 @@
 // (POST /emulator/mode, GET /emulator/stats) when it runs in another process.
 // Every endpoint answers errors in its own API's shape.
 //
+// With Config.Engine it is an inference engine replica worth routing
+// against (sim/engine, driven here in real time): requests queue for a
+// place in a batch of at most MaxRunning sequences and for KV cache
+// blocks for their prompt and output; the prompt's full blocks are
+// looked up in a prefix cache by chained hashes of their token ids (the
+// messages as route.Tokenizer.EncodeMessages lays them out, tools
+// first), the first token comes once the tokens not found are computed
+// at PrefillTokensPerSecond, and the others at the engine's steps,
+// DecodeBase + DecodePerSeq × the batch each; blocks no request holds
+// stay cached until evicted, least recently used first, and an answer's
+// blocks are cached too, so that a conversation's next turn finds its
+// whole history. Presets: engine.Llama8BOnH100 (a cold 4,000-token
+// prompt's first token in about 170 ms, a warm one's in under 10 ms) and
+// engine.Llama70BOn4H100 (about 420 ms and 17 ms). A client that goes
+// away frees its place and its blocks at once. Usage reports the prompt
+// tokens found (cached_tokens; Anthropic's cache_read_input_tokens, its
+// input_tokens then those not read from the cache), and GET /metrics,
+// served with or without an engine (zeros without), reports the engine
+// under vLLM's names: vllm:num_requests_running, vllm:num_requests_waiting,
+// vllm:kv_cache_usage_perc, vllm:prefix_cache_queries_total,
+// vllm:prefix_cache_hits_total, vllm:time_to_first_token_seconds and a
+// few more, labelled with model_name and engine as vLLM labels them.
+//
 // Chat requests are decoded and validated with route.ParseChatRequest and
 // prompts of every API are counted with route.Tokenizer (Messages and
 // Responses inputs as the chat messages they amount to), so the emulator
@@ -29,7 +52,7 @@
 // two emulators of one configuration never hand out the same id.
 //
 // emulator imports only route/ (route/anthropic for Anthropic's error
-// types) and the standard library. It must not import node/ or anything
+// types), sim/engine, the Prometheus client and the standard library. It must not import node/ or anything
 // that composes a node: sim/harness, cmd/ and tests import
 // it. Its conformance/ folder is a module of its own that validates the
 // answers against OpenAI's OpenAPI document.

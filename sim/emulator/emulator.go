@@ -34,6 +34,19 @@ type Emulator struct {
 	stopping, killed chan struct{}
 	stopOnce         sync.Once
 	killOnce         sync.Once
+	texts            textTokens // token ids of long texts, for the engine's prefix cache
+	wordsOnce        sync.Once
+	words            [len(vocabulary)]int // the vocabulary's token ids
+	metrics          *metrics
+	// cur is the engine new requests go to, nil without one; runners are
+	// the engines the emulator has had and whose counters /metrics adds
+	// up (an idle one replaced is folded into retired); engines counts
+	// their stepping goroutines.
+	cur     atomic.Pointer[engineRunner]
+	engMu   sync.Mutex
+	runners []*engineRunner
+	retired engineTotals
+	engines sync.WaitGroup
 
 	mu        sync.Mutex // serialises SetConfig and guards the listener's life below
 	addr      string     // the address bound by Start, kept across ModeRefuse
@@ -60,11 +73,44 @@ func New(cfg Config) (*Emulator, error) {
 	e.instance = maphash.Comparable(maphash.MakeSeed(), 0)
 	e.rec.stats.ByStatus = map[int]int64{}
 	e.rec.drained = make(chan struct{})
+	e.metrics = newMetrics(e)
+	if err := e.setEngine(cfg.Engine); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
-// Handler serves the OpenAI and Azure OpenAI API and the /emulator/ control
-// endpoints. It may be mounted in any server, Start's included.
+// setEngine makes c the engine of the requests to come: a new, empty
+// one, or none when c is nil. Replaced engines finish their requests.
+func (e *Emulator) setEngine(c *EngineConfig) error {
+	var g *engineRunner
+	if c != nil {
+		var err error
+		if g, err = newEngineRunner(*c, e.killed, &e.engines, e.observeTTFT); err != nil {
+			return err
+		}
+	}
+	e.engMu.Lock()
+	defer e.engMu.Unlock()
+	kept := e.runners[:0]
+	for _, old := range e.runners {
+		if old.idle() {
+			e.retired.add(old)
+		} else {
+			kept = append(kept, old)
+		}
+	}
+	e.runners = kept
+	if g != nil {
+		e.runners = append(e.runners, g)
+	}
+	e.cur.Store(g)
+	return nil
+}
+
+// Handler serves the OpenAI, Azure OpenAI and Anthropic APIs, the
+// /emulator/ control endpoints and GET /metrics. It may be mounted in
+// any server, Start's included.
 func (e *Emulator) Handler() http.Handler { return http.HandlerFunc(e.serveHTTP) }
 
 // Start listens on addr (such as "127.0.0.1:0") and serves Handler from a
@@ -174,13 +220,18 @@ func (e *Emulator) SetMode(m Mode) error {
 
 // SetConfig replaces the configuration. Requests already in progress keep
 // the one they started with; the RPM bucket keeps what it holds, capped at
-// the new limit.
+// the new limit; a changed Engine is a new engine, empty.
 func (e *Emulator) SetConfig(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	e.mu.Lock() // the configuration and the bucket change together
+	e.mu.Lock() // the configuration, the bucket and the engine change together
 	defer e.mu.Unlock()
+	if old := e.cfg.Load().Engine; (old == nil) != (c.Engine == nil) || old != nil && *old != *c.Engine {
+		if err := e.setEngine(c.Engine); err != nil {
+			return err
+		}
+	}
 	e.cfg.Store(c.normalized())
 	e.limit.setRPM(c.RPM, time.Now())
 	return nil
@@ -221,6 +272,7 @@ func (e *Emulator) Shutdown(ctx context.Context) error {
 		}
 		<-done
 	}
+	defer e.stopEngines()
 	select {
 	case <-drained:
 		return ctx.Err()
@@ -236,6 +288,14 @@ func (e *Emulator) Shutdown(ctx context.Context) error {
 	case <-t.C:
 	}
 	return ctx.Err()
+}
+
+// stopEngines stops the engines' stepping goroutines and waits for them.
+// Once no request is in flight cutting them changes nothing; otherwise
+// Shutdown has cut the requests already.
+func (e *Emulator) stopEngines() {
+	e.kill()
+	e.engines.Wait()
 }
 
 func (e *Emulator) kill() { e.killOnce.Do(func() { close(e.killed) }) }

@@ -66,15 +66,18 @@ func appendNullableString(b []byte, s string) []byte {
 	return appendString(b, s)
 }
 
-// appendUsage appends a CompletionUsage object with OpenAI's zero details.
-func appendUsage(b []byte, prompt, completion int) []byte {
+// appendUsage appends a CompletionUsage object: cached of the prompt
+// tokens found in the prompt cache, the other details zero.
+func appendUsage(b []byte, prompt, completion, cached int) []byte {
 	b = append(b, `{"prompt_tokens":`...)
 	b = strconv.AppendInt(b, int64(prompt), 10)
 	b = append(b, `,"completion_tokens":`...)
 	b = strconv.AppendInt(b, int64(completion), 10)
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(prompt+completion), 10)
-	return append(b, `,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`...)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(cached), 10)
+	return append(b, `,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`...)
 }
 
 // contentFilterResults is Azure's verdict on a prompt or a choice: nothing

@@ -110,8 +110,9 @@ func (s *sse) send(b []byte) bool {
 	return s.rc.Flush() == nil
 }
 
-// at waits until d after the headers; false once the client has gone.
-func (s *sse) at(d time.Duration) bool { return s.x.pace.until(s.t0.Add(d)) }
+// token waits until piece i of the stream is due (see due), or with an
+// engine generated; false once the client has gone.
+func (s *sse) token(i int) bool { return s.x.await(i, s.t0.Add(due(s.x.cfg, i))) }
 
 // cutAfter is how many of steps events a stream sends before ModeCut
 // aborts it; -1 when the emulator is not cutting.

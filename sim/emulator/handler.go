@@ -124,7 +124,9 @@ type exchange struct {
 	arrived time.Time
 	pace    pacer
 	ep      endpoint
-	param   string // the deployment, model id or response id of the path
+	param   string        // the deployment, model id or response id of the path
+	eng     *engineRunner // the engine when the request arrived; nil without one
+	run     *engineRun    // the request in eng, once generating
 }
 
 func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -137,10 +139,19 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// nearest thing to a refused connection.
 		panic(http.ErrAbortHandler)
 	}
-	x := &exchange{e: e, w: w, r: r, cfg: e.cfg.Load(), arrived: time.Now()}
+	if r.URL.Path == "/metrics" {
+		e.serveMetrics(w, r)
+		return
+	}
+	x := &exchange{e: e, w: w, r: r, cfg: e.cfg.Load(), eng: e.cur.Load(), arrived: time.Now()}
 	x.ep, x.param = classify(r.URL.Path)
 	x.pace = pacer{ctx: r.Context(), killed: e.killed}
 	defer x.pace.stop()
+	defer func() {
+		if x.run != nil {
+			x.run.release() // a client gone, or an answer cut: its slot and blocks go back
+		}
+	}()
 
 	body, readErr := readBody(w, r)
 	seq, ok := e.rec.enter(r, body)

@@ -71,7 +71,9 @@ type msgTool struct {
 type msgAnswer struct {
 	id      string
 	model   string
-	prompt  int // input tokens
+	prompt  int          // input tokens, the cached ones included
+	blocks  promptBlocks // the prompt's, when an engine serves it
+	cached  int          // input tokens the engine found cached
 	text    generated
 	call    *toolCall // answer with a tool_use block instead of text
 	callID  string
@@ -94,7 +96,11 @@ func (x *exchange) messages(body []byte) {
 		x.fail(aerr)
 		return
 	}
-	if !x.served(a.model) || x.unlucky() {
+	var out []int
+	if a.call == nil {
+		out = x.piecesIDs(&a.text)
+	}
+	if !x.served(a.model) || x.unlucky() || !x.startEngine(a.prompt, a.blocks, out, a.outputTokens()) {
 		return
 	}
 	if req.Stream {
@@ -146,10 +152,8 @@ func (x *exchange) readMessages(req *msgRequest, generating bool) (*msgAnswer, *
 	if aerr != nil {
 		return nil, aerr
 	}
-	a := &msgAnswer{model: req.Model, prompt: x.e.tok.CountMessages(msgs)}
-	if tools != nil {
-		a.prompt += x.e.tok.Count(string(tools))
-	}
+	a := &msgAnswer{model: req.Model}
+	a.prompt, a.blocks = x.promptOf(string(tools), msgs)
 	if !generating {
 		return a, nil
 	}
@@ -298,9 +302,10 @@ func (a *msgAnswer) outputTokens() int {
 func (x *exchange) respondMessage(a *msgAnswer) {
 	out, delivered := a.outputTokens(), 0
 	defer func() { x.e.rec.charge(a.prompt, delivered, x.cfg.cost(a.model, a.prompt, delivered)) }()
-	if !x.pace.until(x.whole(out)) {
+	if !x.awaitAll(x.whole(out)) {
 		return
 	}
+	a.cached = x.cached()
 	bp := x.e.buffer()
 	defer x.e.release(bp)
 	b := a.appendHead((*bp)[:0])
@@ -348,11 +353,14 @@ func (a *msgAnswer) appendStop(b []byte) []byte {
 	return appendNullableString(b, a.text.stop)
 }
 
-// appendUsage appends a Usage object of out output tokens.
+// appendUsage appends a Usage object of out output tokens. As Anthropic
+// counts them, input_tokens are those not read from the cache.
 func (a *msgAnswer) appendUsage(b []byte, out int) []byte {
 	b = append(b, `{"input_tokens":`...)
-	b = strconv.AppendInt(b, int64(a.prompt), 10)
-	b = append(b, `,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":`...)
+	b = strconv.AppendInt(b, int64(a.prompt-a.cached), 10)
+	b = append(b, `,"cache_creation_input_tokens":0,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, int64(a.cached), 10)
+	b = append(b, `,"output_tokens":`...)
 	b = strconv.AppendInt(b, int64(out), 10)
 	return append(b, `,"service_tier":"standard"}`...)
 }

@@ -16,6 +16,10 @@ func (x *exchange) streamMessage(a *msgAnswer) {
 	if !ok {
 		return
 	}
+	if !x.awaitFirst() { // with an engine, the Message starts once it is computing
+		return
+	}
+	a.cached = x.cached()
 	bp := x.e.buffer()
 	defer x.e.release(bp)
 	ev := func(name string, data ...[]byte) bool {
@@ -45,7 +49,7 @@ func (x *exchange) streamMessage(a *msgAnswer) {
 	}
 	cutAfter := x.cutAfter(len(deltas))
 	for i, d := range deltas {
-		if !s.at(due(x.cfg, i)) {
+		if !s.token(i) {
 			return
 		}
 		var b []byte
@@ -62,10 +66,13 @@ func (x *exchange) streamMessage(a *msgAnswer) {
 			panic(http.ErrAbortHandler) // no message_delta, no message_stop
 		}
 	}
+	if !x.awaitDone() {
+		return
+	}
 	out := a.outputTokens()
 	delta := a.appendStop([]byte(`{"type":"message_delta","delta":{`))
 	delta = append(delta, `},"usage":{"input_tokens":`...)
-	delta = strconv.AppendInt(delta, int64(a.prompt), 10)
+	delta = strconv.AppendInt(delta, int64(a.prompt-a.cached), 10)
 	delta = append(delta, `,"output_tokens":`...)
 	delta = strconv.AppendInt(delta, int64(out), 10)
 	if !ev("content_block_stop", []byte(`{"type":"content_block_stop","index":0}`)) || !ev("message_delta", delta, []byte("}}")) {

@@ -48,6 +48,8 @@ type respAnswer struct {
 	store              bool
 	tools, toolChoice  json.RawMessage // echoed: as sent, or [] and "auto"
 	prompt             int
+	blocks             promptBlocks // the prompt's, when an engine serves it
+	cached             int          // prompt tokens the engine found cached
 	text               generated
 	call               *toolCall
 	callOut            int
@@ -73,7 +75,11 @@ func (x *exchange) responses(body []byte) {
 		x.fail(aerr)
 		return
 	}
-	if !x.served(a.model) || x.unlucky() {
+	var out []int
+	if a.call == nil {
+		out = x.piecesIDs(&a.text)
+	}
+	if !x.served(a.model) || x.unlucky() || !x.startEngine(a.prompt, a.blocks, out, a.outputTokens()) {
 		return
 	}
 	if req.Stream {
@@ -121,10 +127,11 @@ func (x *exchange) readResponses(req *respRequest) (*respAnswer, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	a.prompt = x.e.tok.CountMessages(msgs)
+	tools := ""
 	if call != nil {
-		a.prompt += x.e.tok.Count(string(req.Tools))
+		tools = string(req.Tools)
 	}
+	a.prompt, a.blocks = x.promptOf(tools, msgs)
 	key := draw(cfg.Seed, x.seq, saltID) ^ fnv(cfg.Name)
 	a.id = string(appendID(nil, "resp_", key^x.e.instance, 48))
 	if last := items[len(items)-1]; call != nil && last.Type != "function_call_output" {
@@ -289,9 +296,10 @@ func (a *respAnswer) outputTokens() int {
 func (x *exchange) respondResponse(a *respAnswer) {
 	out, delivered := a.outputTokens(), 0
 	defer func() { x.e.rec.charge(a.prompt, delivered, x.cfg.cost(a.model, a.prompt, delivered)) }()
-	if !x.pace.until(x.whole(out)) {
+	if !x.awaitAll(x.whole(out)) {
 		return
 	}
+	a.cached = x.cached()
 	body := a.appendResponse(nil, true)
 	x.keep(a, body)
 	x.answerOK(body)

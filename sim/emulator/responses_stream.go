@@ -68,7 +68,7 @@ func (x *exchange) streamResponse(a *respAnswer) {
 	}
 	cutAfter := x.cutAfter(len(deltas))
 	for i, d := range deltas {
-		if !s.at(due(x.cfg, i)) {
+		if !s.token(i) {
 			return
 		}
 		var ok bool
@@ -86,6 +86,10 @@ func (x *exchange) streamResponse(a *respAnswer) {
 			panic(http.ErrAbortHandler) // no done events, no response.completed
 		}
 	}
+	if !x.awaitDone() {
+		return
+	}
+	a.cached = x.cached()
 	if !x.finishResponse(rs, a, ids, textIDs) {
 		return
 	}

@@ -37,8 +37,11 @@ func draw(seed int64, seq uint64, salt uint64) uint64 {
 }
 
 // word is token i of choice c of a completion whose text key is key.
-func word(key uint64, c, i int) string {
-	return vocabulary[mix(key+uint64(c)<<40+uint64(i))%uint64(len(vocabulary))]
+func word(key uint64, c, i int) string { return vocabulary[wordIndex(key, c, i)] }
+
+// wordIndex is the index in vocabulary of word(key, c, i).
+func wordIndex(key uint64, c, i int) int {
+	return int(mix(key+uint64(c)<<40+uint64(i)) % uint64(len(vocabulary)))
 }
 
 // appendWords appends the n tokens of choice c.
