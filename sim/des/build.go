@@ -29,6 +29,9 @@ func (w *world) build() error {
 	if err := w.buildProviders(); err != nil {
 		return err
 	}
+	if err := w.buildEngines(); err != nil {
+		return err
+	}
 	if err := w.seedLedger(); err != nil {
 		return err
 	}

@@ -14,11 +14,20 @@ import (
 func Table(w io.Writer, s *Scenario, rs []Result) {
 	fmt.Fprintf(w, "%s: %s of virtual time, %d regions, %d providers, seed %d\n\n", s.Name, s.Duration, len(s.Regions), len(s.Providers), s.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\trequests\tok\tfailed\t402\t429 escrow\t429 upstream\tfailovers\tcost\tsaved vs RR\tp50\tp99\tTTFT p50\tTTFT p99\taffinity\tresidency violations\toverspend\t")
+	engines := slices.ContainsFunc(s.Providers, func(p ProviderSpec) bool { return p.Engine != nil })
+	header := "policy\trequests\tok\tfailed\t402\t429 escrow\t429 upstream\tfailovers\tcost\tsaved vs RR\tp50\tp99\tTTFT p50\tTTFT p99\taffinity\t"
+	if engines {
+		header += "prefix hits\t"
+	}
+	fmt.Fprintln(tw, header+"residency violations\toverspend\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t$%.4f\t%.1f%%\t%.0fms\t%.0fms\t%.0fms\t%.0fms\t%.1f%%\t%d\t$%.6f\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t$%.4f\t%.1f%%\t%.0fms\t%.0fms\t%.0fms\t%.0fms\t%.1f%%\t",
 			r.Policy, r.Requests, r.OK, r.Failed, r.BudgetRefused, r.EscrowWait, r.Upstream429, r.Failovers, r.CostUSD, 100*r.SavedVsRR,
-			r.LatencyP50, r.LatencyP99, r.TTFTP50, r.TTFTP99, 100*r.AffinityHitRate, r.ResidencyViolations, r.OverspendUSD)
+			r.LatencyP50, r.LatencyP99, r.TTFTP50, r.TTFTP99, 100*r.AffinityHitRate)
+		if engines {
+			fmt.Fprintf(tw, "%.1f%%\t", 100*r.PrefixHitRate)
+		}
+		fmt.Fprintf(tw, "%d\t$%.6f\t\n", r.ResidencyViolations, r.OverspendUSD)
 	}
 	tw.Flush()
 }

@@ -5,10 +5,14 @@
 // guard, provider health and outlier ejection, the budget escrow, rate
 // shares and the replica ring, settled by its ticket), session affinity,
 // the rate limiter, and the budget ledger with each node's escrow holder
-// — with provider calls, networks and gossip delay modelled. It runs the same
-// scenario and seed under several policies side by side and reports
-// cost, latency, failovers, affinity, residency violations and budget
-// overspend. Same scenario and seed, same output, byte for byte.
+// — with provider calls, networks and gossip delay modelled: a
+// provider's answer by a log-normal time to first token and a token
+// rate, or, for a provider with an engine, by sim/engine's model of a
+// vLLM replica (batch, queue, prefix cache) in virtual time, one per
+// replica. It runs the same scenario and seed under several policies
+// side by side and reports cost, latency, failovers, affinity, the
+// engines' prefix hit rate, residency violations and budget overspend.
+// Same scenario and seed, same output, byte for byte.
 package des
 
 import (
@@ -89,6 +93,10 @@ type ProviderSpec struct {
 	Replicas int `yaml:"replicas"`
 	// Outages are windows when every call fails.
 	Outages []Window `yaml:"outages"`
+	// Engine, when set, makes each replica an inference engine with a
+	// batch, a queue and a prefix cache, whose speed replaces TTFT and
+	// TokensPerSecond (see EngineSpec).
+	Engine *EngineSpec `yaml:"engine"`
 	// ErrorRate is the fraction of calls that fail at other times.
 	ErrorRate float64 `yaml:"error_rate"`
 }
@@ -124,6 +132,7 @@ type TenantSpec struct {
 	// Regions its clients connect to (default: every region).
 	Regions []string `yaml:"regions"`
 	Weight  float64  `yaml:"weight"` // share of sessions (default 1)
+	id      uint64   // identifies its shared prefix to the engines' caches
 }
 
 // WorkloadSpec is the traffic: sessions arriving as a Poisson process
@@ -145,6 +154,10 @@ type WorkloadSpec struct {
 	Models []WeightedModel `yaml:"models"`
 	// Stream is the fraction of requests that stream.
 	Stream float64 `yaml:"stream"`
+	// SharedPrefixTokens is the system prompt every prompt of a tenant
+	// starts with (within its prompt tokens): what an engine's prefix
+	// cache shares between the tenant's sessions.
+	SharedPrefixTokens int `yaml:"shared_prefix_tokens"`
 }
 
 // TokenDist is a log-normal count of tokens.
@@ -262,9 +275,9 @@ func (s *Scenario) checkProviders(regions map[string]bool) (map[string]bool, err
 			return nil, bad(f+".reach", "must be global or region")
 		case len(p.Models) == 0:
 			return nil, bad(f+".models", "at least one is needed")
-		case p.TTFT.Median <= 0 || p.TTFT.P99 < p.TTFT.Median:
+		case p.Engine == nil && (p.TTFT.Median <= 0 || p.TTFT.P99 < p.TTFT.Median):
 			return nil, bad(f+".ttft", "needs a median above 0 and a p99 at least as large")
-		case p.TokensPerSecond <= 0:
+		case p.Engine == nil && p.TokensPerSecond <= 0:
 			return nil, bad(f+".tokens_per_second", "must be above 0")
 		case p.ErrorRate < 0 || p.ErrorRate > 1:
 			return nil, bad(f+".error_rate", "must be in [0, 1]")
@@ -272,6 +285,11 @@ func (s *Scenario) checkProviders(regions map[string]bool) (map[string]bool, err
 			return nil, bad(f+".rpm", "limits must not be negative")
 		case p.Replicas < 0 || p.Replicas > route.MaxReplicas:
 			return nil, bad(f+".replicas", "must be in [0, %d]", route.MaxReplicas)
+		}
+		if p.Engine != nil {
+			if _, err := p.Engine.config(f + ".engine"); err != nil {
+				return nil, err
+			}
 		}
 		names[p.Name] = true
 		for _, m := range p.Models {
@@ -299,6 +317,7 @@ func (s *Scenario) checkTenants(regions map[string]bool) error {
 		if t.Weight == 0 {
 			t.Weight = 1
 		}
+		t.id = 1<<62 | uint64(i)
 		for _, r := range t.Regions {
 			if !regions[r] {
 				return bad(fmt.Sprintf("tenants[%d].regions", i), "%q is not a region", r)
@@ -327,6 +346,8 @@ func (w *WorkloadSpec) check(models map[string]bool) error {
 		return bad("workload.completion_tokens", "needs a median above 0 and a p99 at least as large")
 	case w.Stream < 0 || w.Stream > 1:
 		return bad("workload.stream", "must be in [0, 1]")
+	case w.SharedPrefixTokens < 0:
+		return bad("workload.shared_prefix_tokens", "must not be negative")
 	}
 	for i, m := range w.Models {
 		if !models[m.Name] || m.Weight <= 0 {

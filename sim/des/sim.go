@@ -46,7 +46,12 @@ type Result struct {
 	LatencyP90  float64 `json:"latency_p90_ms"`
 	LatencyP99  float64 `json:"latency_p99_ms"`
 	TTFTP50     float64 `json:"ttft_p50_ms"`
+	TTFTP90     float64 `json:"ttft_p90_ms"`
 	TTFTP99     float64 `json:"ttft_p99_ms"`
+	// PrefixHitRate is the prompt tokens the providers' engine replicas
+	// found in their prefix caches over those they looked up; absent
+	// without engines.
+	PrefixHitRate float64 `json:"prefix_hit_rate,omitempty"`
 	// AffinityHitRate is the share of a session's later turns served by
 	// the provider (and replica) of its previous turn, whose prompt cache
 	// is warm.
@@ -112,21 +117,24 @@ type world struct {
 	alloc      *consensus.RateAllocator
 	nodeByName map[string]*simNode
 	specs      map[string]*ProviderSpec
-	limiter    *route.Limiter // each provider's own limits
-	nodes      []*simNode
-	byRegion   map[string][]*simNode
-	ledger     *consensus.Ledger
-	leader     string // the ledger's region
-	tenants    map[string]*TenantSpec
-	rr         *roundRobin
-	res        *Result
-	lastProv   map[string]string // by session: the provider (and replica) of its last answered turn
-	wl         *rand.Rand        // the workload's stream, the same under every policy
-	reqID      uint64
-	withBudget map[string]bool
-	laterOK    int // answered requests that were a session's later turn
-	hits       int // of those, served by the previous turn's provider and replica
-	opts       runOpts
+	engines    map[string][]*simReplica // by provider, its replicas' engines
+	// tenantChains are the block hashes of each tenant's shared prefix.
+	tenantChains map[tenantBlock]*blockChain
+	limiter      *route.Limiter // each provider's own limits
+	nodes        []*simNode
+	byRegion     map[string][]*simNode
+	ledger       *consensus.Ledger
+	leader       string // the ledger's region
+	tenants      map[string]*TenantSpec
+	rr           *roundRobin
+	res          *Result
+	lastProv     map[string]string // by session: the provider (and replica) of its last answered turn
+	wl           *rand.Rand        // the workload's stream, the same under every policy
+	reqID        uint64
+	withBudget   map[string]bool
+	laterOK      int // answered requests that were a session's later turn
+	hits         int // of those, served by the previous turn's provider and replica
+	opts         runOpts
 	// elapsed is how far into its attempts the request being served is:
 	// its attempts run within one event, at w.now plus elapsed.
 	elapsed time.Duration
@@ -163,6 +171,7 @@ func runPolicy(s *Scenario, policy string, o runOpts) (*Result, error) {
 	}
 	w := &world{s: s, policy: policy, opts: o, juris: map[string]region.Jurisdiction{}, specs: map[string]*ProviderSpec{},
 		byRegion: map[string][]*simNode{}, nodeByName: map[string]*simNode{}, tenants: map[string]*TenantSpec{}, lastProv: map[string]string{},
+		engines: map[string][]*simReplica{}, tenantChains: map[tenantBlock]*blockChain{},
 		wl:  rand.New(rand.NewPCG(s.Seed, 0x11e5)),
 		res: &Result{Policy: policy, LoadByRegion: map[string]int{}, SpentByTenant: map[string]float64{}, CostByHour: make([]float64, int(math.Ceil(s.Duration.Hours())))}}
 	if err := w.build(); err != nil {
@@ -295,6 +304,9 @@ func (r *simRequest) try(a int, t *route.Target) verdict {
 		tk.Settle(route.Report{Outcome: route.OutcomeRateLimited, RetryAfter: time.Second})
 		return next
 	}
+	if spec.Engine != nil {
+		return r.tryEngine(t, tk, hop, spec)
+	}
 	z := w.normal(r.id, a)
 	ttft := time.Duration(lognormal(float64(spec.TTFT.Median), float64(spec.TTFT.P99), z))
 	gen := time.Duration(float64(r.completion) / spec.TokensPerSecond * float64(time.Second))
@@ -306,7 +318,8 @@ func (r *simRequest) try(a int, t *route.Target) verdict {
 	if t.Offer.Provider.Ring != nil {
 		replica = t.Replica
 	}
-	w.answered(r.s, r.turn, t.Provider(), replica, spec, w.elapsed+hop+ttft, total, cost, r.req.Residency)
+	w.answered(r.s, r.turn, t.Provider(), replica, spec, cost, r.req.Residency)
+	w.timed(r.s.stream, w.elapsed+hop+ttft, total)
 	used := route.Usage{PromptTokens: r.prompt, CompletionTokens: r.completion}
 	// What the call holds (budget, rate share, the replica's slot) is
 	// spent when the answer ends.
@@ -412,17 +425,15 @@ func (w *world) executor(n, caller *simNode) *route.Executor {
 	return route.NewExecutor(route.ExecutorConfig{NodeName: caller.name}, d)
 }
 
-func (w *world) answered(s *session, turn int, provider string, replica int, spec *ProviderSpec, ttft, total time.Duration, cost float64, res region.Residency) {
+// answered counts a request served by provider (and replica, -1 without
+// replicas), whose answer is on its way; timed records its latency.
+func (w *world) answered(s *session, turn int, provider string, replica int, spec *ProviderSpec, cost float64, res region.Residency) {
 	r := w.res
 	r.OK++
 	r.CostUSD += cost
 	r.CostByHour[min(int(w.now.Hours()), len(r.CostByHour)-1)] += cost
 	r.LoadByRegion[spec.Region]++
 	r.SpentByTenant[s.tenant.Name] += cost
-	r.latencies = append(r.latencies, float64(total)/1e6)
-	if s.stream {
-		r.ttfts = append(r.ttfts, float64(ttft)/1e6)
-	}
 	p := w.catalog.Provider(provider)
 	if !res.Allows(p.Jurisdictions) {
 		r.ResidencyViolations++
@@ -448,6 +459,15 @@ func (w *world) answered(s *session, turn int, provider string, replica int, spe
 	}
 }
 
+// timed records an answer's latency, and a stream's time to first token.
+func (w *world) timed(stream bool, ttft, total time.Duration) {
+	r := w.res
+	r.latencies = append(r.latencies, float64(total)/1e6)
+	if stream {
+		r.ttfts = append(r.ttfts, float64(ttft)/1e6)
+	}
+}
+
 // finish turns counts into the reported figures.
 func (w *world) finish() {
 	r := w.res
@@ -462,7 +482,8 @@ func (w *world) finish() {
 	slices.Sort(r.latencies)
 	slices.Sort(r.ttfts)
 	r.LatencyP50, r.LatencyP90, r.LatencyP99 = pct(r.latencies, .5), pct(r.latencies, .9), pct(r.latencies, .99)
-	r.TTFTP50, r.TTFTP99 = pct(r.ttfts, .5), pct(r.ttfts, .99)
+	r.TTFTP50, r.TTFTP90, r.TTFTP99 = pct(r.ttfts, .5), pct(r.ttfts, .9), pct(r.ttfts, .99)
+	r.PrefixHitRate = w.prefixHitRate()
 	if w.laterOK > 0 {
 		r.AffinityHitRate = round6(float64(w.hits) / float64(w.laterOK))
 	}

@@ -32,7 +32,9 @@ func (w *world) nextArrival(t time.Duration) time.Duration {
 
 // session is one client's conversation: its requests share a key.
 type session struct {
-	key    string // its affinity key
+	id     uint64     // identifies its conversation to the engines' caches
+	blocks blockChain // its tokens' block hashes, as far as a turn needed them
+	key    string     // its affinity key
 	tenant *TenantSpec
 	node   *simNode
 	model  string
@@ -45,7 +47,7 @@ func (w *world) arrive() {
 		return
 	}
 	w.reqID++
-	s := &session{key: fmt.Sprintf("s%d", w.reqID), tenant: w.pickTenant()}
+	s := &session{id: w.reqID, key: fmt.Sprintf("s%d", w.reqID), tenant: w.pickTenant()}
 	regions := s.tenant.Regions
 	if len(regions) == 0 {
 		for _, r := range w.s.Regions {
