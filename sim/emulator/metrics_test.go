@@ -58,6 +58,20 @@ func value(t *testing.T, mf map[string]*dto.MetricFamily, name, model string) fl
 	return -1
 }
 
+// cacheLabel is label name of vllm:cache_config_info; "" without it.
+func cacheLabel(mf map[string]*dto.MetricFamily, name string) string {
+	f := mf["vllm:cache_config_info"]
+	if f == nil || len(f.Metric) != 1 {
+		return ""
+	}
+	for _, l := range f.Metric[0].Label {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
 // GET /metrics shows the engine under vLLM's names: a full batch's
 // queue, the KV cache in use, prefix cache queries and hits. A client
 // that goes away frees its place: a waiting one leaves the queue, a
@@ -105,8 +119,8 @@ func TestMetricsShowTheEngine(t *testing.T) {
 	if kv := value(t, mf, "vllm:kv_cache_usage_perc", M); kv <= 0 || kv > 1 {
 		t.Errorf("kv_cache_usage_perc %v while a request runs", kv)
 	}
-	if info := mf["vllm:cache_config_info"]; info == nil || len(info.Metric) != 1 {
-		t.Errorf("no vllm:cache_config_info")
+	if cacheLabel(mf, "block_size") != "16" || cacheLabel(mf, "num_gpu_blocks") != "4096" {
+		t.Errorf("vllm:cache_config_info %v", mf["vllm:cache_config_info"])
 	}
 
 	cancels[2]()
@@ -147,5 +161,49 @@ func TestMetricsWithoutEngine(t *testing.T) {
 	}
 	if s := e.Stats(); s.Requests != 0 {
 		t.Errorf("a scrape counted as %d API requests", s.Requests)
+	}
+}
+
+// SetConfig with another Engine starts a new, empty engine, as a
+// restarted server: nothing is cached any more, and /metrics' counters,
+// which add up every engine the emulator has had, never go down;
+// without an engine the gauges are zero again.
+func TestSetConfigReplacesTheEngine(t *testing.T) {
+	e := start(t, engineConfig(fastEngine()))
+	c := newClient(t)
+	b := body("m", "")
+	b = strings.Replace(b, `"messages":[`, `"messages":[{"role":"system","content":`+jsonString(prefixText(11, 400))+`},`, 1)
+	cached := func() int {
+		return decodeResponse(t, readAll(t, do(t, c, "POST", e.URL()+"/v1/chat/completions", b), http.StatusOK)).Usage.PromptTokensDetails["cached_tokens"]
+	}
+	cached()
+	if n := cached(); n < 400 {
+		t.Fatalf("the same prompt again: %d cached", n)
+	}
+	before := value(t, scrape(t, c, e), "vllm:prefix_cache_queries_total", "emulator")
+	cfg := e.Config()
+	cfg.Engine.KVBlocks = 2048
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := cached(); n != 0 {
+		t.Errorf("after a new engine: %d cached, want 0", n)
+	}
+	mf := scrape(t, c, e)
+	if after := value(t, mf, "vllm:prefix_cache_queries_total", "emulator"); after <= before {
+		t.Errorf("prefix_cache_queries_total went from %v to %v across the new engine", before, after)
+	}
+	if blocks := cacheLabel(mf, "num_gpu_blocks"); blocks != "2048" {
+		t.Errorf("cache_config_info num_gpu_blocks %q, want the new engine's 2048", blocks)
+	}
+	cfg.Engine = nil
+	if err := e.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := cached(); n != 0 {
+		t.Errorf("without an engine: %d cached", n)
+	}
+	if mf := scrape(t, c, e); mf["vllm:cache_config_info"] != nil || value(t, mf, "vllm:prefix_cache_queries_total", "emulator") < before {
+		t.Errorf("without an engine: %v", mf["vllm:cache_config_info"])
 	}
 }
