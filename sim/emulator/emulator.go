@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,13 +40,11 @@ type Emulator struct {
 	words            [len(vocabulary)]int // the vocabulary's token ids
 	metrics          *metrics
 	// cur is the engine new requests go to, nil without one; runners are
-	// the engines the emulator has had and whose counters /metrics adds
-	// up (an idle one replaced is folded into retired); engines counts
-	// their stepping goroutines.
+	// every engine the emulator has had, whose counters /metrics adds up
+	// and which Shutdown stops; engines counts their stepping goroutines.
 	cur     atomic.Pointer[engineRunner]
 	engMu   sync.Mutex
 	runners []*engineRunner
-	retired engineTotals
 	engines sync.WaitGroup
 
 	mu        sync.Mutex // serialises SetConfig and guards the listener's life below
@@ -92,15 +91,6 @@ func (e *Emulator) setEngine(c *EngineConfig) error {
 	}
 	e.engMu.Lock()
 	defer e.engMu.Unlock()
-	kept := e.runners[:0]
-	for _, old := range e.runners {
-		if old.idle() {
-			e.retired.add(old)
-		} else {
-			kept = append(kept, old)
-		}
-	}
-	e.runners = kept
 	if g != nil {
 		e.runners = append(e.runners, g)
 	}
@@ -292,9 +282,16 @@ func (e *Emulator) Shutdown(ctx context.Context) error {
 
 // stopEngines stops the engines' stepping goroutines and waits for them.
 // Once no request is in flight cutting them changes nothing; otherwise
-// Shutdown has cut the requests already.
+// Shutdown has cut the requests already. A request still on its way
+// (its server not ours) finds its engine stopped.
 func (e *Emulator) stopEngines() {
 	e.kill()
+	e.engMu.Lock()
+	runners := slices.Clone(e.runners)
+	e.engMu.Unlock()
+	for _, g := range runners {
+		g.stop()
+	}
 	e.engines.Wait()
 }
 

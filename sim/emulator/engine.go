@@ -30,6 +30,7 @@ type engineRunner struct {
 	runs     map[uint64]*engineRun // in the engine
 	last     uint64                // the last request id given
 	stepping bool                  // the goroutine is running
+	stopped  bool                  // Shutdown stopped it: no request enters
 	killed   <-chan struct{}
 	wg       *sync.WaitGroup
 	onFirst  func(ttft time.Duration) // observes each request's time to first token
@@ -60,6 +61,9 @@ func newEngineRunner(cfg engine.Config, killed <-chan struct{}, wg *sync.WaitGro
 func (g *engineRunner) submit(prompt, output int, blocks []uint64) (*engineRun, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.stopped {
+		return nil, errEngineStopped
+	}
 	g.last++
 	r := &engineRun{g: g, id: g.last, arrived: time.Now(), wake: make(chan struct{}, 1)}
 	if err := g.eng.Add(engine.Request{ID: r.id, Prompt: prompt, Output: output, Blocks: blocks}); err != nil {
@@ -152,26 +156,20 @@ func (g *engineRunner) abandon() {
 	g.stepping = false
 }
 
+// errEngineStopped refuses a request that reaches an engine after
+// Shutdown stopped it.
+var errEngineStopped = errors.New("emulator: the engine has stopped")
+
+// stop lets no request in any more; its goroutine, cut by Shutdown,
+// ends at once.
+func (g *engineRunner) stop() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+}
+
 // block is the tokens of one of the engine's KV cache blocks.
 func (g *engineRunner) block() int { return g.eng.Config().BlockTokens }
-
-// idle reports whether the engine holds no request and nothing steps it.
-func (g *engineRunner) idle() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return !g.eng.Busy() && !g.stepping
-}
-
-// engineTotals is the counters of engines that were replaced, for
-// /metrics' counters never to go down.
-type engineTotals struct{ queries, hits, generated int64 }
-
-func (t *engineTotals) add(g *engineRunner) {
-	_, s := g.load()
-	t.queries += s.PrefixQueries
-	t.hits += s.PrefixHits
-	t.generated += s.GenerationTokens
-}
 
 // load reads the engine for the metrics.
 func (g *engineRunner) load() (engine.Load, engine.Stats) {

@@ -64,10 +64,10 @@ func (c *Config) servedModel() string {
 	return c.Name
 }
 
-// engineCollector reads the engines at each scrape: the load of every
-// engine with requests in it (after SetConfig replaced one, the old one
-// finishes its requests), the counters of every engine the emulator has
-// had, and the cache of the current one; zeros without an engine.
+// engineCollector reads the engines at each scrape: the load and the
+// counters of every engine the emulator has had (after SetConfig
+// replaced one, the old one finishes its requests), and the cache of the
+// current one; zeros without an engine.
 type engineCollector struct{ e *Emulator }
 
 func (c engineCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -80,17 +80,20 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	e := c.e
 	var running, waiting int
 	var kv float64
+	var queries, hits, generated int64
 	e.engMu.Lock()
-	runners, current, t := slices.Clone(e.runners), e.cur.Load(), e.retired
+	runners, current := slices.Clone(e.runners), e.cur.Load()
 	e.engMu.Unlock()
 	for _, g := range runners {
-		l, _ := g.load()
+		l, s := g.load()
 		running += l.Running
 		waiting += l.Waiting
 		if g == current {
 			kv = l.KVUsage
 		}
-		t.add(g)
+		queries += s.PrefixQueries
+		hits += s.PrefixHits
+		generated += s.GenerationTokens
 	}
 	model := e.cfg.Load().servedModel()
 	gauge := func(d *prometheus.Desc, v float64) {
@@ -102,10 +105,10 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descRunning, float64(running))
 	gauge(descWaiting, float64(waiting))
 	gauge(descKVUsage, kv)
-	counter(descQueries, t.queries)
-	counter(descHits, t.hits)
-	counter(descPrompt, t.queries) // the prompt tokens of the requests admitted, each looked up once
-	counter(descGenerated, t.generated)
+	counter(descQueries, queries)
+	counter(descHits, hits)
+	counter(descPrompt, queries) // the prompt tokens of the requests admitted, each looked up once
+	counter(descGenerated, generated)
 	counter(descPreempted, 0) // blocks are reserved at admission: nothing is preempted
 	if current != nil {
 		cfg := current.eng.Config()
