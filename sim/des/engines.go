@@ -121,7 +121,7 @@ func (r *simRequest) tryEngine(t *route.Target, tk *route.Ticket, hop time.Durat
 	if t.Offer.Provider.Ring == nil {
 		replica = -1
 	}
-	w.answered(r.s, r.turn, t.Provider(), replica, spec, t.Offer.Model.Cost(r.prompt, r.completion), r.req.Residency)
+	w.answered(r.s, r.turn, t.Provider(), replica, spec, t.Offer.Model.Cost(route.Usage{PromptTokens: r.prompt, CompletionTokens: r.completion}), r.req.Residency)
 	req := engine.Request{ID: r.id, Prompt: r.prompt, Output: r.completion, Blocks: w.engineBlocks(r.s, r.prompt+r.completion, cfg.BlockTokens)}
 	sr.calls[r.id] = &engineCall{tk: tk, stream: r.s.stream, start: w.now,
 		used: route.Usage{PromptTokens: r.prompt, CompletionTokens: r.completion}}
