@@ -288,7 +288,7 @@ func TestModelsAndPrices(t *testing.T) {
 
 	r := decodeResponse(t, readAll(t, do(t, c, "POST", e.URL()+"/v1/chat/completions", body("gpt-4o", `"max_tokens":10`)), 200))
 	want := (float64(r.Usage.PromptTokens)*2.5 + 10*10) / 1e6
-	s := e.Stats()
+	s := settled(t, e)
 	if s.PromptTokens != int64(r.Usage.PromptTokens) || s.CompletionTokens != 10 {
 		t.Errorf("stats tokens %d/%d, usage %+v", s.PromptTokens, s.CompletionTokens, r.Usage)
 	}
@@ -376,7 +376,7 @@ func TestAuth(t *testing.T) {
 	wantError(t, do(t, c, "GET", e.URL()+"/v1/models", ""), 401, "invalid_request_error", "", "invalid_api_key")
 	readAll(t, do(t, c, "POST", url, body("m", ""), "Authorization", "Bearer sk-test"), 200)
 	readAll(t, do(t, c, "GET", e.URL()+"/v1/models", "", "Authorization", "Bearer sk-test"), 200)
-	if s := e.Stats(); s.ByStatus[401] != 4 || s.ByStatus[200] != 2 || s.Requests != 6 {
+	if s := settled(t, e); s.ByStatus[401] != 4 || s.ByStatus[200] != 2 || s.Requests != 6 {
 		t.Errorf("stats %+v", s)
 	}
 }
@@ -409,7 +409,7 @@ func TestErrorRate(t *testing.T) {
 	for range 3 {
 		wantError(t, do(t, c, "POST", e.URL()+"/v1/chat/completions", body("m", "")), 500, "server_error", "", "")
 	}
-	if s := e.Stats(); s.ByStatus[500] != 3 || s.PromptTokens != 0 {
+	if s := settled(t, e); s.ByStatus[500] != 3 || s.PromptTokens != 0 {
 		t.Errorf("stats %+v", s)
 	}
 

@@ -40,7 +40,7 @@ func TestCompletionsClient(t *testing.T) {
 	if u := r.Usage; u.PromptTokens != int64(wantPrompt) || u.CompletionTokens != 14 || u.TotalTokens != int64(wantPrompt)+14 {
 		t.Errorf("usage %+v", u)
 	}
-	if st := e.Stats(); st.PromptTokens != int64(wantPrompt) || st.CompletionTokens != 14 {
+	if st := settled(t, e); st.PromptTokens != int64(wantPrompt) || st.CompletionTokens != 14 {
 		t.Errorf("stats %+v", st)
 	}
 

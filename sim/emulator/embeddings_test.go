@@ -54,7 +54,7 @@ func TestEmbeddingsClient(t *testing.T) {
 	if resp.Data[0].Embedding[0] == resp.Data[1].Embedding[0] {
 		t.Error("different inputs, same vector")
 	}
-	st := e.Stats()
+	st := settled(t, e)
 	if st.PromptTokens != int64(wantPrompt) || st.CompletionTokens != 0 || math.Abs(st.ChargedUSD-float64(wantPrompt)*0.02/1e6) > 1e-15 {
 		t.Errorf("stats %+v", st)
 	}
@@ -178,7 +178,7 @@ func TestEmbeddingsBadInput(t *testing.T) {
 	} {
 		wantError(t, do(t, c, "POST", url, tc.body), 400, "invalid_request_error", tc.param, "")
 	}
-	if st := e.Stats(); st.PromptTokens != 0 {
+	if st := settled(t, e); st.PromptTokens != 0 {
 		t.Errorf("refused requests charged: %+v", st)
 	}
 }

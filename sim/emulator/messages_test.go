@@ -59,7 +59,7 @@ func TestMessagesClient(t *testing.T) {
 	if count.InputTokens != m.Usage.InputTokens || count.InputTokens < 10 {
 		t.Errorf("count_tokens %d, message input_tokens %d", count.InputTokens, m.Usage.InputTokens)
 	}
-	if st := e.Stats(); st.PromptTokens != m.Usage.InputTokens || st.CompletionTokens != 16 {
+	if st := settled(t, e); st.PromptTokens != m.Usage.InputTokens || st.CompletionTokens != 16 {
 		t.Errorf("stats %+v", st)
 	}
 

@@ -77,7 +77,7 @@ func TestResponsesClient(t *testing.T) {
 	if _, err := c.Responses.Get(ctx, n.ID, responses.ResponseGetParams{}); err == nil {
 		t.Error("a response with store false was stored")
 	}
-	if st := e.Stats(); st.CompletionTokens != 4*16 {
+	if st := settled(t, e); st.CompletionTokens != 4*16 {
 		t.Errorf("stats %+v", st)
 	}
 }

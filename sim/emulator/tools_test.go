@@ -117,7 +117,7 @@ func TestToolCallStreaming(t *testing.T) {
 	if u := chunks[len(chunks)-1].Usage; u == nil || u.CompletionTokens != tokens || u.PromptTokens != promptTokens(t, tok, b) {
 		t.Errorf("usage %+v, want %d completion tokens", u, tokens)
 	}
-	if s := e.Stats(); s.CompletionTokens != int64(tokens) {
+	if s := settled(t, e); s.CompletionTokens != int64(tokens) {
 		t.Errorf("stats count %d completion tokens, want %d", s.CompletionTokens, tokens)
 	}
 }
