@@ -142,13 +142,14 @@ type peerInfo struct {
 }
 
 // handoffPeers are the peers a draining node may hand req to: alive, not
-// draining, taking forwards, and (with strict transit) in the request's
-// jurisdiction; nearest first, then least loaded.
+// draining, taking forwards of the request's endpoint, and (with strict
+// transit) in the request's jurisdiction; nearest first, then least
+// loaded.
 func (n *Node) handoffPeers(req *route.Request) []peerInfo {
 	var out []peerInfo
 	for _, p := range n.forward.View().Peers() {
 		m := p.Member
-		if m.Self || m.State != "alive" || m.Meta.RPC == "" {
+		if m.Self || m.State != "alive" || m.Meta.RPC == "" || !req.Chat.API.In(m.Meta.APIs) {
 			continue
 		}
 		if req.StrictTransit && req.Residency.Restricted() && m.Meta.Jurisdiction != string(req.Residency.Jurisdiction) {
