@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/sim/harness"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // upstreamChecker validates every request a node sends a provider
@@ -102,6 +104,9 @@ func TestNodeConformance(t *testing.T) {
 		p.BaseURL = srv.URL + u.Path
 	}
 	n := harness.StartNode(t, dev.Config, node.Options{LedgerTuning: harness.DevLedger})
+	// As a load balancer would: nothing is sent before /readyz says the
+	// node is ready (its ledger elected and the tenant's escrow asked for).
+	wait.For(t, 30*time.Second, "the dev node to be ready", n.Ready)
 	base := "http://" + n.HTTPAddr()
 	// A tool call's result, sent back: the node relays a conversation with
 	// tool_calls and a tool message.
