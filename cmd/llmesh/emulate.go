@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/sim/emulator"
+	"github.com/llmesh/llmesh/sim/engine"
 )
 
 func runEmulate(args []string, stdout, stderr io.Writer) int {
@@ -25,10 +27,26 @@ func runEmulate(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the generated text and errors")
 	keyEnv := fs.String("api-key-env", "", "environment `variable` holding the key clients must send (none: no auth)")
 	name := fs.String("name", "emulator", "name shown in logs")
+	enginePreset := fs.String("engine", "", "run as an inference engine replica of this `preset` ("+strings.Join(engine.PresetNames(), ", ")+"): queue, KV cache, prefix cache, vLLM's /metrics")
+	kvBlocks := fs.Int("kv-blocks", 0, "with -engine, the KV cache's size in `blocks` instead of the preset's (a smaller cache, as a busy deployment's share)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.Name = *name
+	if *enginePreset != "" {
+		ec, ok := engine.Preset(*enginePreset)
+		if !ok {
+			fmt.Fprintf(stderr, "llmesh emulate: -engine: %q is not one of %s\n", *enginePreset, strings.Join(engine.PresetNames(), ", "))
+			return 2
+		}
+		if *kvBlocks > 0 {
+			ec.KVBlocks = *kvBlocks
+		}
+		c.Engine = &ec
+	} else if *kvBlocks > 0 {
+		fmt.Fprintln(stderr, "llmesh emulate: -kv-blocks needs -engine")
+		return 2
+	}
 	if *keyEnv != "" {
 		if c.APIKey = os.Getenv(*keyEnv); c.APIKey == "" {
 			fmt.Fprintf(stderr, "llmesh emulate: -api-key-env: environment variable %s is empty or unset\n", *keyEnv)
