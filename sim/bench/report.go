@@ -83,3 +83,40 @@ func us(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dµs", d.Microseconds())
 }
+
+// PrefixTable prints the shared-prefix results for people: one row per
+// target, and each one's TTFT p90 and throughput against the baseline's
+// (round robin's) and its hit rate against the oracle's.
+func PrefixTable(w io.Writer, rs []PrefixResult, baseline, oracle string) {
+	var base, orc *PrefixResult
+	for i := range rs {
+		switch rs[i].Target {
+		case baseline:
+			base = &rs[i]
+		case oracle:
+			orc = &rs[i]
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\trequests\tok\terrors\tunfinished\tTTFT p50\tTTFT p90\toutput tok/s\thit rate\tp90 vs base\ttok/s vs base\thit vs oracle\t")
+	for _, r := range rs {
+		p90, tps, hit := "-", "-", "-"
+		if base != nil && r.TTFT90 > 0 {
+			p90 = fmt.Sprintf("%.1f× lower", float64(base.TTFT90)/float64(r.TTFT90))
+		}
+		if base != nil && base.OutputTPS > 0 {
+			tps = fmt.Sprintf("%.2f×", r.OutputTPS/base.OutputTPS)
+		}
+		if orc != nil && orc.HitRate > 0 {
+			hit = fmt.Sprintf("%.0f%%", 100*r.HitRate/orc.HitRate)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t\n", r.Target, r.Requests, r.OK, r.Errors, r.Unfinished,
+			ms(r.TTFT50), ms(r.TTFT90), r.OutputTPS, 100*r.HitRate, p90, tps, hit)
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "%s: first error: %s\n", r.Target, r.FirstError)
+		}
+	}
+}
