@@ -61,7 +61,7 @@ func runBenchPrefix(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the workload")
 	replicas := fs.Int("replicas", 4, "emulated engine replicas")
 	preset := fs.String("engine", "llama-3.1-8b-h100", "the replicas' engine preset ("+strings.Join(engine.PresetNames(), ", ")+")")
-	kvBlocks := fs.Int("kv-blocks", 0, "each replica's KV cache in blocks (0: a quarter of the tenants' prefixes, and a tenth more for the running requests)")
+	kvBlocks := fs.Int("kv-blocks", 0, "each replica's KV cache in blocks (0: a quarter of the tenants' prefixes and a tenth more for the running requests, or room for four of the longest requests if that is more)")
 	policies := fs.String("policies", strings.Join(prefixPolicies, ","), "the runs, in order: replica policies and "+oraclePolicy)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
@@ -77,7 +77,10 @@ func runBenchPrefix(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *kvBlocks == 0 {
-		*kvBlocks = cfg.Tenants * cfg.PrefixWords * 11 / 10 / 4 / ec.Block()
+		// The longest request, its chat template and tenant line allowed
+		// for generously, so that a small test workload still fits.
+		longest := 2 * (cfg.PrefixWords + 20 + cfg.Turns*(cfg.UserWords+cfg.MaxTokens+10))
+		*kvBlocks = max(cfg.Tenants*cfg.PrefixWords*11/10/4, 4*longest) / ec.Block()
 	}
 	if *replicas < 2 {
 		fmt.Fprintln(stderr, "llmesh bench: -replicas must be at least 2: the policies choose among replicas")

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"testing"
 )
 
@@ -47,5 +48,51 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatalf("nginx is installed but was not measured: %s", out)
 	} else if err != nil {
 		t.Log("nginx is not installed: its column is left out (.ci/run installs nginx-light)")
+	}
+}
+
+// `llmesh bench -workload shared-prefix`, briefly and small: a row for
+// each replica policy and the oracle, in order, every request answered,
+// and the answers' cached tokens reach the report (the prefix policy and
+// the oracle, which keep a conversation on one replica, hit its cache).
+// The report's shape, not its figures: no timing is asserted.
+func TestBenchSharedPrefixSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several processes: not with -short")
+	}
+	out, err := exec.Command(binary, "bench", "-workload", "shared-prefix", "-tenants", "4", "-prefix-words", "300",
+		"-turns", "3", "-max-tokens", "8", "-rate", "12", "-duration", "1500ms", "-drain", "10s", "-json").Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var doc struct {
+		KVBlocks int `json:"kv_blocks"`
+		Results  []struct {
+			Target                           string
+			Requests, OK, Errors, Unfinished int
+			TTFT50                           int64   `json:"ttft_p50_ns"`
+			TTFT90                           int64   `json:"ttft_p90_ns"`
+			OutputTPS                        float64 `json:"output_tokens_per_s"`
+			PromptTokens                     int64   `json:"prompt_tokens"`
+			Cached                           int64   `json:"cached_tokens"`
+			HitRate                          float64 `json:"hit_rate"`
+		}
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got []string
+	for _, r := range doc.Results {
+		got = append(got, r.Target)
+		if r.Requests == 0 || r.OK != r.Requests || r.TTFT50 <= 0 || r.TTFT90 < r.TTFT50 || r.OutputTPS <= 0 ||
+			r.PromptTokens < int64(r.OK)*300 || r.HitRate < 0 || r.HitRate > 1 {
+			t.Fatalf("%s: %+v\n%s", r.Target, r, out)
+		}
+		if (r.Target == "prefix" || r.Target == "oracle") && r.Cached == 0 {
+			t.Fatalf("%s: no cached token in %d answers: %+v", r.Target, r.OK, r)
+		}
+	}
+	if want := []string{"round_robin", "least_loaded", "session", "prefix", "oracle"}; !slices.Equal(got, want) || doc.KVBlocks <= 0 {
+		t.Fatalf("rows %v, want %v; kv_blocks %d", got, want, doc.KVBlocks)
 	}
 }
