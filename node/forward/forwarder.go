@@ -171,8 +171,8 @@ type hopCall struct {
 // the client, holding the whole answer, went away.
 const trailerGrace = time.Second
 
-// note records that data reached the client, and whether with it the
-// whole answer has.
+// note records that data is written to the client, and whether with it
+// the whole answer is.
 func (c *hopCall) note(data []byte) {
 	c.written += int64(len(data))
 	switch {
@@ -300,6 +300,10 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 			if !c.stream {
 				c.timer.Reset(f.cfg.Executor.ResponseTimeout + hopSlack)
 			}
+			// Noted before the write: a client that leaves as soon as it
+			// has the last of it must find the answer delivered. A write
+			// that fails is a client gone, whatever was noted.
+			c.note(p.Data)
 			if _, err := sink.Write(p.Data); err != nil {
 				out.ClientGone = true
 				return out
@@ -310,7 +314,6 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 					return out
 				}
 			}
-			c.note(p.Data)
 		case *pb.ForwardReply_Trailer:
 			tr := p.Trailer
 			out.Provider, out.Cost, out.TTFT, out.Truncated = tr.Provider, tr.CostUsd, time.Duration(tr.TtftNs), tr.Truncated
