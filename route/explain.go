@@ -37,6 +37,9 @@ func (plan *Plan) Why(i int) []string {
 	case t.Via != "":
 		why = append(why, fmt.Sprintf("reachable only from region %s: through node %s (rtt %dms)", t.ViaRegion, t.Via, t.ViaRTT.Milliseconds()))
 	}
+	if t.OverTTFT != "" {
+		why = append(why, t.OverTTFT+": after the providers predicted within it")
+	}
 	if c := plan.ReplicaChoice(i); c != nil {
 		first := i == 0 || plan.Targets[i-1].Offer.Provider != t.Offer.Provider
 		why = append(why, c.why(t.ReplicaName(), first))
@@ -122,6 +125,9 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 			fmt.Fprintf(&b, ", %d full", c.Full)
 		}
 	}
+	if t.OverTTFT != "" {
+		b.WriteString(", " + t.OverTTFT + " with no other provider within it")
+	}
 	b.WriteString(")")
 	if n := len(plan.Targets) - 1; n > 0 {
 		fmt.Fprintf(&b, " of %d candidates", n+1)
@@ -133,6 +139,13 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 		if o.Health.Degraded {
 			b.WriteString("; ranked down " + o.Provider() + " (failing on other nodes)")
 			break
+		}
+	}
+	spilled := ""
+	for _, o := range plan.Targets[chosen+1:] {
+		if o.OverTTFT != "" && o.Provider() != spilled && o.Provider() != t.Provider() {
+			spilled = o.Provider()
+			b.WriteString("; " + spilled + " " + o.OverTTFT)
 		}
 	}
 	if len(plan.Skipped) > 0 {

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"time"
 )
 
 // Group is a model name that stands for several provider models, such as
@@ -22,6 +23,10 @@ type Group struct {
 	// same member while the weights stand. Members without a weight are
 	// fallbacks only.
 	Weights map[string]int
+	// MaxTTFT is the group's time-to-first-token objective (max_ttft):
+	// a provider whose every replica is predicted to start later goes
+	// after the others; zero: none. A tenant's tighter one wins.
+	MaxTTFT time.Duration
 }
 
 // Tier is one rule of a group: prompts up to MaxPromptTokens go to

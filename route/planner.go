@@ -45,6 +45,10 @@ type Request struct {
 	// node, to the peer it forwards through); "" sends none. TraceState
 	// is the caller's tracestate, passed on with it.
 	TraceParent, TraceState string
+	// MaxTTFT is the tenant's time-to-first-token objective (tenants'
+	// max_ttft); zero: none. A provider whose every replica is predicted
+	// to start later goes after the other compliant providers (Spill).
+	MaxTTFT time.Duration
 
 	prefix PromptPrefix // its prompt's prefix, hashed on first use (Prefix)
 }
@@ -79,6 +83,13 @@ type Target struct {
 	// Spill means this node's own rate share of the provider is spent
 	// and Via is a peer that has some left.
 	Spill bool
+	// OverTTFT, when not empty, says why the target was put after the
+	// other providers' ("spilled: predicted TTFT 900ms > max_ttft
+	// 500ms"): every replica of its provider is predicted to start later
+	// than the request's objective. It is still a target, tried when the
+	// others fail or are not there: a request is never sent to a
+	// provider it may not use because its own are busy.
+	OverTTFT string
 
 	choice int32 // 1 + its index in Plan.Replicas; 0: no replica choice
 }
@@ -116,6 +127,9 @@ type Plan struct {
 	// Group is the model group the request named, if it named one, and
 	// Choice how a member was picked (weights, tiers).
 	Group, Choice string
+	// MaxTTFT is the time-to-first-token objective planned for: the
+	// tighter of the tenant's and the group's; zero: none.
+	MaxTTFT time.Duration
 	// PromptTokens is the planning estimate of prompt tokens and
 	// PromptUpper its upper bound; OutputTokens the largest completion.
 	PromptTokens, PromptUpper, OutputTokens int
@@ -254,6 +268,7 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 		policy = CostFirst{}
 	}
 	plan.Policy = policy.Name()
+	plan.MaxTTFT = tighter(req.MaxTTFT, plan.MaxTTFT)
 	sticky := ""
 	if p.Affinity != nil && req.Session != "" {
 		sticky = p.Affinity.Provider(req.Session)
@@ -281,7 +296,40 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 		return plan, plan.unavailable(req)
 	}
 	sort.Stable(byPolicy{req, policy, plan.Targets})
+	spillSlow(plan.Targets)
 	return plan, nil
+}
+
+// tighter is the smaller of two objectives, zero meaning none.
+func tighter(a, b time.Duration) time.Duration {
+	if a <= 0 || b > 0 && b < a {
+		return b
+	}
+	return a
+}
+
+// spillSlow moves the targets predicted past the request's max_ttft
+// after the others, keeping each part's order: spill-over to the next
+// compliant provider, and back when the prediction falls again.
+func spillSlow(ts []Target) {
+	k := 0
+	for i := range ts {
+		if ts[i].OverTTFT == "" {
+			k++
+		}
+	}
+	if k == 0 || k == len(ts) {
+		return
+	}
+	out := make([]Target, 0, len(ts))
+	for pass := range 2 {
+		for i := range ts {
+			if (ts[i].OverTTFT == "") == (pass == 0) {
+				out = append(out, ts[i])
+			}
+		}
+	}
+	copy(ts, out)
 }
 
 // planOffers adds a target for each offer that passes every hard filter
@@ -439,6 +487,7 @@ func (p *Planner) offers(req *Request, plan *Plan) ([][]*Offer, error) {
 			name, a, req.Chat.API, a.path())}
 	}
 	plan.Group = g.Name
+	plan.MaxTTFT = g.MaxTTFT
 	members, weighted, choice := g.choose(req.Session, plan.PromptTokens)
 	plan.Choice = choice
 	var ranks [][]*Offer

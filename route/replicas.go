@@ -183,6 +183,7 @@ func (p *Planner) appendChosen(ts []Target, t *Target, req *Request, plan *Plan,
 		plan.skip(pv.Name, fmt.Sprintf("every replica is at its max_concurrent (%d of %d live)", full, live), false, time.Second)
 		return ts
 	}
+	over := overTTFT(plan.MaxTTFT, reason, kept, excluded, fig.ttft)
 	if plan.Replicas == nil {
 		plan.Replicas = make([]ReplicaChoice, 0, len(kept))
 	}
@@ -195,10 +196,38 @@ func (p *Planner) appendChosen(ts []Target, t *Target, req *Request, plan *Plan,
 			CachedTokens: c.cached(&fig, plan.PromptTokens, i), Engine: fig.engine[i], Fresh: fig.fresh[i], TTFT: fig.ttft[i], Full: full,
 		})
 		rt := *t
-		rt.Replica, rt.choice = i, int32(len(plan.Replicas))
+		rt.Replica, rt.choice, rt.OverTTFT = i, int32(len(plan.Replicas)), over
 		ts = append(ts, rt)
 	}
 	return ts
+}
+
+// overTTFT says why a provider spills when every live replica of kept is
+// predicted to start later than objective, "" when one is not (or there
+// is no objective, or no prediction to hold it to).
+func overTTFT(objective time.Duration, reason ReplicaReason, kept []int, excluded func(int) bool, ttft []time.Duration) string {
+	if objective <= 0 || reason != ReasonPredicted {
+		return ""
+	}
+	best := time.Duration(-1)
+	for _, i := range kept {
+		if excluded != nil && excluded(i) {
+			continue
+		}
+		if best < 0 || ttft[i] < best {
+			best = ttft[i]
+		}
+	}
+	if best <= objective {
+		return ""
+	}
+	return spilledReason(best, objective)
+}
+
+// spilledReason is what explain and X-LLMesh-Route say of a provider
+// predicted past the objective.
+func spilledReason(predicted, objective time.Duration) string {
+	return fmt.Sprintf("spilled: predicted TTFT %dms > max_ttft %dms", predicted.Milliseconds(), objective.Milliseconds())
 }
 
 // replicaChoosing is one provider's replica choice under way.
