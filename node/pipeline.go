@@ -158,7 +158,7 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 		req.AdmitBy = in.start // a draining node does not hold a peer's request in its queue
 	}
 	if t != nil {
-		req.Tenant, req.Priority = t.Name, t.Priority
+		req.Tenant, req.Priority, req.MaxTTFT = t.Name, t.Priority, t.MaxTTFT
 		req.Residency, req.StrictTransit = n.policyOf(t)
 		if err := n.pinToPrior(t.Name, chat); err != nil {
 			return req, err

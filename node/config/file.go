@@ -181,6 +181,11 @@ type TenantSection struct {
 	// Priority orders the tenant's requests waiting for admission:
 	// interactive (the default) ahead of batch.
 	Priority string `yaml:"priority"`
+	// MaxTTFT is the tenant's time-to-first-token objective: a provider
+	// whose every replica is predicted to start later goes after the
+	// other compliant providers (spill-over to a cloud fallback, back
+	// when the queue drains). Optional; 0 or absent: none.
+	MaxTTFT Duration `yaml:"max_ttft"`
 }
 
 // GroupSection is a model name standing for several models: the planner
@@ -192,6 +197,9 @@ type GroupSection struct {
 	Members []string       `yaml:"members"` // models some provider serves
 	Tiers   []TierSection  `yaml:"tiers"`   // optional, in order; the first that fits applies
 	Weights map[string]int `yaml:"weights"` // optional: member -> share of sessions
+	// MaxTTFT is the group's time-to-first-token objective, as a
+	// tenant's (the tighter of the two applies). Optional.
+	MaxTTFT Duration `yaml:"max_ttft"`
 }
 
 // TierSection routes prompts of up to MaxPromptTokens (0: any) to its

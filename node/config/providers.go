@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -208,7 +209,10 @@ func resolveGroups(c *File, _ Env, s *Runtime, p *problems) {
 		if len(g.Members) == 0 {
 			p.bad(f+".members", "at least one model is required")
 		}
-		rg := route.Group{Name: g.Name, Members: g.Members, Weights: g.Weights}
+		if g.MaxTTFT < 0 {
+			p.bad(f+".max_ttft", "must not be negative")
+		}
+		rg := route.Group{Name: g.Name, Members: g.Members, Weights: g.Weights, MaxTTFT: time.Duration(g.MaxTTFT)}
 		for j, t := range g.Tiers {
 			if t.MaxPromptTokens < 0 {
 				p.bad(fmt.Sprintf("%s.tiers[%d].max_prompt_tokens", f, j), "must not be negative")

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -115,14 +116,15 @@ func TestResolveGroups(t *testing.T) {
 	testSection(t, resolveGroups, nil, []sectionCase{
 		{name: "valid", edit: func(f *File) {
 			f.Groups = []GroupSection{{Name: "auto", Members: []string{"a", "b"}, Weights: map[string]int{"a": 3},
-				Tiers: []TierSection{{MaxPromptTokens: 1000, Members: []string{"a"}}}}}
+				Tiers: []TierSection{{MaxPromptTokens: 1000, Members: []string{"a"}}}, MaxTTFT: Duration(800 * time.Millisecond)}}
 		}, want: func(s *Runtime) {
 			s.Groups = []route.Group{{Name: "auto", Members: []string{"a", "b"}, Weights: map[string]int{"a": 3},
-				Tiers: []route.Tier{{MaxPromptTokens: 1000, Members: []string{"a"}}}}}
+				Tiers: []route.Tier{{MaxPromptTokens: 1000, Members: []string{"a"}}}, MaxTTFT: 800 * time.Millisecond}}
 		}},
 		{name: "bad", edit: func(f *File) {
-			f.Groups = []GroupSection{{Name: "a b", Tiers: []TierSection{{MaxPromptTokens: -1}}}}
+			f.Groups = []GroupSection{{Name: "a b", Tiers: []TierSection{{MaxPromptTokens: -1}}, MaxTTFT: -1}}
 		}, err: strings.Join([]string{`groups[0].name: "a b" must be 1-64 letters, digits, '.', '_' or '-'`,
-			"groups[0].members: at least one model is required", "groups[0].tiers[0].max_prompt_tokens: must not be negative"}, "\n")},
+			"groups[0].members: at least one model is required", "groups[0].max_ttft: must not be negative",
+			"groups[0].tiers[0].max_prompt_tokens: must not be negative"}, "\n")},
 	})
 }

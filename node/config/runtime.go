@@ -114,6 +114,8 @@ type Tenant struct {
 	Budget *BudgetSection
 	// Priority is route.PriorityInteractive or route.PriorityBatch.
 	Priority int
+	// MaxTTFT is its time-to-first-token objective; zero: none.
+	MaxTTFT time.Duration
 }
 
 // Env is what Resolve reads besides the file: the environment variables

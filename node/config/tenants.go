@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
@@ -47,6 +48,10 @@ func resolveTenants(c *File, _ Env, s *Runtime, p *problems) {
 		default:
 			p.bad(f+".priority", "%q must be interactive or batch", t.Priority)
 		}
+		if t.MaxTTFT < 0 {
+			p.bad(f+".max_ttft", "must not be negative")
+		}
+		tt.MaxTTFT = time.Duration(t.MaxTTFT)
 		checkBudget(f, t.Budget, p)
 		s.Tenants = append(s.Tenants, tt)
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/config"
@@ -29,6 +30,9 @@ type Tenant struct {
 	// Priority orders its requests waiting for admission (route's
 	// PriorityInteractive or PriorityBatch), from this node's file.
 	Priority int
+	// MaxTTFT is its time-to-first-token objective, from this node's
+	// file; zero: none.
+	MaxTTFT time.Duration
 }
 
 // Keys authenticates API keys against the SHA-256 hashes of the
@@ -65,7 +69,7 @@ func NewKeys(ts []config.Tenant, ledger []consensus.Tenant) *Keys {
 	var order []string
 	keys := map[string][][sha256.Size]byte{}
 	for _, t := range ts {
-		k.byName[t.Name] = &Tenant{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Priority: t.Priority}
+		k.byName[t.Name] = &Tenant{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Priority: t.Priority, MaxTTFT: t.MaxTTFT}
 		order = append(order, t.Name)
 		if !fileRevoked[t.Name] {
 			keys[t.Name] = append(keys[t.Name], t.Keys...)
