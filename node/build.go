@@ -128,7 +128,7 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 		// Other regions' region-reach providers are served through a
 		// node of their region.
 		view := forward.NewView(n.mesh)
-		planner.Mesh, planner.Spares = view, view
+		planner.Mesh, planner.Spares, planner.Remote = view, view, view
 		n.forward = newForwarder(n, view)
 		fwd = n.forward
 	}

@@ -27,3 +27,23 @@ type EngineSignals interface {
 	// nothing is known of it.
 	Replica(provider string, i int) (EngineLoad, bool)
 }
+
+// RemoteEngine is what a node of a provider's region last reported of
+// the provider's engines: the replicas with fresh figures and what they
+// run and queue, summed, with the fullest one's KV cache.
+type RemoteEngine struct {
+	Replicas         int
+	Running, Waiting int
+	KVUsage          float64
+}
+
+// RemoteEngines gives the engine load of self-hosted providers this node
+// does not call itself (another region's, reached through a via node),
+// as nodes of their region gossip it. A node implements it from its mesh
+// view; nil means none is known, and such providers are not predicted.
+type RemoteEngines interface {
+	// Engine returns the latest report of provider by a node of
+	// regionName, false when none is fresh (or it has no replica with
+	// fresh figures).
+	Engine(provider, regionName string) (RemoteEngine, bool)
+}

@@ -235,6 +235,9 @@ type Planner struct {
 	// Engines reports self-hosted replicas' engine load; nil: replicas
 	// are weighed by this node's requests in flight alone.
 	Engines EngineSignals
+	// Remote reports other regions' self-hosted providers' engine load,
+	// to hold a via target to the request's max_ttft; nil: not held.
+	Remote RemoteEngines
 	// ReplicaCost predicts replicas' time to first token for
 	// ReplicaPrefix; the zero value is DefaultReplicaCost.
 	ReplicaCost ReplicaCost
@@ -376,6 +379,7 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 				continue
 			}
 			t.Via, t.ViaRegion, t.ViaRTT = node, pv.Region, rtt
+			t.OverTTFT = p.remoteOverTTFT(pv, plan)
 		}
 		compliant++
 		out := req.Chat.Choices() * o.Model.MaxOutputTokens

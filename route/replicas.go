@@ -224,6 +224,37 @@ func overTTFT(objective time.Duration, reason ReplicaReason, kept []int, exclude
 	return spilledReason(best, objective)
 }
 
+// remoteOverTTFT holds another region's self-hosted provider to the
+// plan's max_ttft from what its region gossips of its engines: a replica
+// is taken to hold its share of the queue and of the running requests,
+// and none of the prompt cached (its prefixes are not known here). It
+// says why the provider spills, "" when it does not or nothing is known.
+func (p *Planner) remoteOverTTFT(pv *Provider, plan *Plan) string {
+	if plan.MaxTTFT <= 0 || p.Remote == nil {
+		return ""
+	}
+	e, ok := p.Remote.Engine(pv.Name, pv.Region)
+	if !ok || e.Replicas <= 0 {
+		return ""
+	}
+	if ttft := p.cost().remoteTTFT(e, plan.PromptTokens); ttft > plan.MaxTTFT {
+		return spilledReason(ttft, plan.MaxTTFT)
+	}
+	return ""
+}
+
+// remoteTTFT is ReplicaCost's prediction for a replica of e holding its
+// mean share of e's load and nothing of the prompt.
+func (m ReplicaCost) remoteTTFT(e RemoteEngine, prompt int) time.Duration {
+	n := float64(e.Replicas)
+	waiting, running := float64(e.Waiting)/n, float64(e.Running)/n
+	if e.KVUsage > m.KVHigh {
+		waiting += min(e.KVUsage-m.KVHigh, 1-m.KVHigh) / (1 - m.KVHigh)
+	}
+	prefill := float64(prompt) / m.PrefillTokensPerSecond
+	return time.Duration(waiting*float64(m.PerWaiting) + running*float64(m.PerRunning) + prefill*float64(time.Second))
+}
+
 // spilledReason is what explain and X-LLMesh-Route say of a provider
 // predicted past the objective.
 func spilledReason(predicted, objective time.Duration) string {

@@ -140,3 +140,62 @@ func TestSpillOverNeverLeavesTheResidency(t *testing.T) {
 		}
 	}
 }
+
+// fakeRemote reports one provider's gossiped engine load, by region.
+type fakeRemote struct {
+	provider, region string
+	e                RemoteEngine
+}
+
+func (f *fakeRemote) Engine(provider, regionName string) (RemoteEngine, bool) {
+	return f.e, provider == f.provider && regionName == f.region && f.e.Replicas > 0
+}
+
+// Cross-region: a us node with no GPUs sends an eu tenant's request to
+// the eu GPUs through an eu node while what their region gossips of
+// their engines predicts a first token within max_ttft, to the eu cloud
+// when it does not, never to the us GPUs; a us tenant's goes to the us
+// GPUs, which this node calls itself.
+func TestSpillOverAcrossRegions(t *testing.T) {
+	gpuEU := offer("gpu-eu", 0.01, 0.01, "eu")
+	gpuEU.Reach, gpuEU.Region = ReachRegion, "eu-west"
+	gpuUS := offer("gpu-us", 0.01, 0.01, "us")
+	gpuUS.Reach, gpuUS.Region = ReachRegion, "us-east"
+	cloud := offer("cloud-eu", 1, 1, "eu")
+	remote := &fakeRemote{provider: "gpu-eu", region: "eu-west"}
+	pl := &Planner{Self: "us-1", Region: "us-east", Catalog: testCatalog(t, gpuEU, gpuUS, cloud),
+		Health: NewTracker(DefaultHealthConfig(), TrackerHooks{}), Mesh: fakeMesh{"eu-west": "eu-1"}, Remote: remote}
+	now := time.Unix(0, 0)
+	req := longChat(t, "doc", "q") // about 400 ms of prefill
+	req.Residency, req.MaxTTFT = region.Residency{Jurisdiction: "eu"}, time.Second
+	for _, c := range []struct {
+		name  string
+		e     RemoteEngine
+		first string
+	}{
+		{"nothing gossiped", RemoteEngine{}, "gpu-eu"},
+		{"room", RemoteEngine{Replicas: 4, Running: 16, Waiting: 2, KVUsage: 0.5}, "gpu-eu"},
+		{"queued", RemoteEngine{Replicas: 4, Running: 64, Waiting: 16, KVUsage: 0.95}, "cloud-eu"},
+		{"drained", RemoteEngine{Replicas: 4, Running: 8, KVUsage: 0.3}, "gpu-eu"},
+	} {
+		remote.e = c.e
+		plan, err := pl.Plan(req, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := order(plan); got[0] != c.first || len(got) != 2 {
+			t.Errorf("%s: plan %v, want %s first of gpu-eu and cloud-eu", c.name, got, c.first)
+		}
+		if tg := plan.Targets[0]; tg.Provider() == "gpu-eu" && tg.Via != "eu-1" {
+			t.Errorf("%s: gpu-eu not through eu-1: %q", c.name, tg.Via)
+		}
+		if over := plan.Targets[1].OverTTFT; (c.first == "cloud-eu") != strings.HasPrefix(over, "spilled: predicted TTFT") {
+			t.Errorf("%s: second target's reason %q", c.name, over)
+		}
+	}
+	us := longChat(t, "doc", "q")
+	us.Residency = region.Residency{Jurisdiction: "us"}
+	if plan, err := pl.Plan(us, now); err != nil || order(plan)[0] != "gpu-us" || plan.Targets[0].Via != "" {
+		t.Fatalf("a us tenant's plan: %v %v", order(plan), err)
+	}
+}

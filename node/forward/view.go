@@ -33,8 +33,9 @@ type View struct {
 }
 
 var (
-	_ route.MeshView  = (*View)(nil)
-	_ route.SpareView = (*View)(nil)
+	_ route.MeshView      = (*View)(nil)
+	_ route.SpareView     = (*View)(nil)
+	_ route.RemoteEngines = (*View)(nil)
 )
 
 // NewView returns the view of mesh.
@@ -47,7 +48,13 @@ type snapshot struct {
 	// spares are the peers with rate share left, by provider, nearest
 	// first.
 	spares map[string][]spareNode
+	// engines are other nodes' reports of self-hosted providers, by
+	// provider and the reporting node's region: the one with the most
+	// fresh replicas (the fuller queue on a tie).
+	engines map[engineKey]route.RemoteEngine
 }
+
+type engineKey struct{ provider, region string }
 
 type spareNode struct {
 	name, region string
@@ -85,6 +92,14 @@ func (v *View) Spare(provider, inRegion string, j region.Jurisdiction, i int) (s
 		}
 	}
 	return "", "", 0, false
+}
+
+// Engine implements route.RemoteEngines from the load reports of the
+// alive nodes of regionName (at most viaRefresh old, plus gossip's
+// delay, and never past their TTL).
+func (v *View) Engine(provider, regionName string) (route.RemoteEngine, bool) {
+	e, ok := v.snapshot().engines[engineKey{provider, regionName}]
+	return e, ok
 }
 
 // Member returns the member called name as gossip knew it lately.
@@ -129,12 +144,19 @@ func (v *View) snapshot() *snapshot {
 	v.at = now
 	loads := v.mesh.Loads()
 	out := &snapshot{byRegion: map[string][]region.Candidate{}, byName: map[string]gossip.Member{}, load: map[string]int64{},
-		spares: map[string][]spareNode{}}
+		spares: map[string][]spareNode{}, engines: map[engineKey]route.RemoteEngine{}}
 	for _, mem := range v.mesh.Members() {
 		out.byName[mem.Name] = mem
 		out.load[mem.Name] = int64(loads[mem.Name].InFlight)
 		if mem.Self || mem.State != "alive" || mem.Meta.RPC == "" {
 			continue
+		}
+		for _, g := range loads[mem.Name].Engines {
+			k := engineKey{g.Provider, mem.Meta.Region}
+			old, seen := out.engines[k]
+			if g.Replicas > 0 && (!seen || g.Replicas > old.Replicas || g.Replicas == old.Replicas && g.Waiting > old.Waiting) {
+				out.engines[k] = route.RemoteEngine{Replicas: g.Replicas, Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage}
+			}
 		}
 		for _, s := range loads[mem.Name].Spare {
 			out.spares[s.Provider] = append(out.spares[s.Provider], spareNode{name: mem.Name, region: mem.Meta.Region,

@@ -144,3 +144,36 @@ func TestViewRefresh(t *testing.T) {
 		t.Fatal("the view did not read gossip again after viaRefresh")
 	}
 }
+
+// A provider's engines are known from the alive nodes of its region that
+// report them: the report with the most fresh replicas, never this
+// node's, a draining node's or another region's under its name.
+func TestViewEngine(t *testing.T) {
+	mesh := testMesh()
+	gpu := func(replicas, waiting int) []gossip.Engine {
+		return []gossip.Engine{{Provider: "gpu", Replicas: replicas, Running: 3, Waiting: waiting, KVUsage: 0.5}}
+	}
+	set := func(name string, e []gossip.Engine) {
+		l := mesh.loads[name]
+		l.Engines = e
+		mesh.loads[name] = l
+	}
+	set("self", gpu(8, 99))
+	set("eu-draining", gpu(8, 99))
+	set("eu-far", gpu(2, 5))
+	set("eu-near", gpu(3, 1))
+	set("us-1", gpu(1, 7))
+	v := NewView(mesh)
+	if e, ok := v.Engine("gpu", "eu"); !ok || e != (route.RemoteEngine{Replicas: 3, Running: 3, Waiting: 1, KVUsage: 0.5}) {
+		t.Fatalf("gpu in eu: %+v %v", e, ok)
+	}
+	if e, ok := v.Engine("gpu", "us"); !ok || e.Waiting != 7 {
+		t.Fatalf("gpu in us: %+v %v", e, ok)
+	}
+	if _, ok := v.Engine("gpu", "ap"); ok {
+		t.Fatal("a report from a region with no node")
+	}
+	if _, ok := v.Engine("other", "eu"); ok {
+		t.Fatal("a report of a provider nobody scrapes")
+	}
+}
