@@ -126,7 +126,7 @@ func (c *call) pump(st *relayState) *attemptResult {
 		}
 		responsesAPI := c.req.Chat.API == APIResponses
 		isError := !responsesAPI && bytes.HasPrefix(bytes.TrimLeft(ev.Data, " \t\r\n"), errorEventStart) ||
-			responsesAPI && !a.committed && eventType(ev.Data) == evError
+			responsesAPI && !a.committed && string(eventType(ev.Data)) == evError
 		if isError && !a.committed {
 			return c.fail(OutcomeHTTPError, "error event before the first token: %.256s", ev.Data)
 		}

@@ -150,21 +150,19 @@ const (
 	evError      = "error"
 )
 
-// eventType is a Responses stream event's type member.
-func eventType(data []byte) string {
+// eventType is a Responses stream event's type member, as the bytes of
+// data between its quotes (no copy: an event's type is read per event);
+// nil when it has none, or one with escapes, which no event type has.
+func eventType(data []byte) []byte {
 	v, ok := topValue(data, `"type"`)
 	if !ok || data[v] != '"' {
-		return ""
+		return nil
 	}
 	end := valueEnd(data, v)
-	if end < 0 {
-		return ""
+	if end < v+2 || bytes.IndexByte(data[v+1:end-1], '\\') >= 0 {
+		return nil
 	}
-	var s string
-	if decodeString(data[v:end], &s) != nil {
-		return ""
-	}
-	return s
+	return data[v+1 : end-1]
 }
 
 // responseMember locates the "response" object of a Responses stream
@@ -201,6 +199,7 @@ func withResponseModel(dst, data []byte, name string) ([]byte, bool) {
 // the Response it carries, and the stream over after a terminal event.
 func (c *call) relayResponseEvent(st *relayState, data []byte) bool {
 	typ := eventType(data)
+	terminal := string(typ) == evCompleted || string(typ) == evIncomplete
 	if start, end, ok := responseMember(data); ok {
 		r := data[start:end]
 		if v, ok := topValue(r, `"id"`); ok && st.respID == "" && r[v] == '"' {
@@ -208,7 +207,7 @@ func (c *call) relayResponseEvent(st *relayState, data []byte) bool {
 				_ = decodeString(r[v:end], &st.respID)
 			}
 		}
-		if typ == evCompleted || typ == evIncomplete || typ == evFailed {
+		if terminal || string(typ) == evFailed {
 			if u, ok := chunkUsage(r); ok {
 				c.a.usage, st.sawUsage = u, true
 			}
@@ -221,18 +220,21 @@ func (c *call) relayResponseEvent(st *relayState, data []byte) bool {
 	if b, ok := withResponseModel(st.named, data, c.t.answerModel()); ok {
 		st.named, out = b, b
 	}
-	if typ == evCompleted || typ == evIncomplete {
+	if terminal {
 		if start, end, ok := responseMember(out); ok && c.bridge != nil {
 			c.bridge.response = bytes.Clone(out[start:end])
 		}
 	}
 	st.seq++
-	st.out = append(append(append(st.out[:0], "event: "...), typ...), '\n')
+	st.out = st.out[:0]
+	if len(typ) > 0 {
+		st.out = append(append(append(st.out, "event: "...), typ...), '\n')
+	}
 	st.out = appendEvent(st.out, out)
 	if !c.write(st.out) {
 		return false
 	}
-	switch typ {
+	switch string(typ) {
 	case evError, evFailed:
 		st.sawErrEvent = true
 		st.streamErr = c.fail(OutcomeBroken, "%s event mid-stream: %.256s", typ, data)

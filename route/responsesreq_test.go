@@ -107,8 +107,14 @@ func TestResponsesURL(t *testing.T) {
 // carries renamed, every other byte kept.
 func TestResponsesEvents(t *testing.T) {
 	ev := []byte(`{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","model":"upstream","output":[]}}`)
-	if eventType(ev) != "response.created" {
-		t.Fatal(eventType(ev))
+	if string(eventType(ev)) != "response.created" {
+		t.Fatalf("%s", eventType(ev))
+	}
+	if got := testing.AllocsPerRun(100, func() { _ = eventType(ev) }); got != 0 {
+		t.Fatalf("reading an event's type allocates %v times", got)
+	}
+	if eventType([]byte(`{"type":"a\u0062"}`)) != nil || eventType([]byte(`{"delta":"x"}`)) != nil {
+		t.Fatal("a type with escapes, or none, is read")
 	}
 	got, ok := withResponseModel(nil, ev, "mesh")
 	if want := `{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","model":"mesh","output":[]}}`; !ok || string(got) != want {
