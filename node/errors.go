@@ -132,10 +132,13 @@ func (n *Node) writeError(w http.ResponseWriter, err error) int {
 	if errors.As(err, &ra) {
 		w.Header()["Retry-After"] = []string{strconv.Itoa(int(math.Ceil(ra.After.Seconds())))}
 	}
-	writeJSON(w, status, struct {
-		Error apiError `json:"error"`
-	}{e})
+	writeJSON(w, status, errorDoc{e})
 	return status
+}
+
+// errorDoc is an error in OpenAI's shape: {"error": {...}}.
+type errorDoc struct {
+	Error apiError `json:"error"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -171,7 +171,7 @@ func (n *Node) storedOp(ctx context.Context, r *storedResponse, op string) (int,
 		n.responses.remove(r.Tenant, r.ID)
 		return http.StatusOK, deletedResponse(r.ID)
 	case r.Bridged: // cancel
-		return http.StatusBadRequest, openAIError("Only responses created with background set to true can be cancelled.", "invalid_request_error", "")
+		return n.errorBody(&route.InvalidRequestError{Msg: "Only responses created with background set to true can be cancelled."})
 	}
 	method, suffix := http.MethodGet, ""
 	switch op {
@@ -182,8 +182,7 @@ func (n *Node) storedOp(ctx context.Context, r *storedResponse, op string) (int,
 	}
 	reply, err := n.exec.StoredOp(ctx, n.rt.Load().catalog, r.Provider, method, r.ID, suffix)
 	if err != nil {
-		status, e := n.classify(err)
-		return status, openAIError(e.Message, e.Type, e.Code)
+		return n.errorBody(err)
 	}
 	if op == "delete" && (reply.Status == http.StatusOK || reply.Status == http.StatusNotFound) {
 		n.responses.remove(r.Tenant, r.ID)
@@ -196,12 +195,12 @@ func deletedResponse(id string) []byte {
 	return b
 }
 
-func openAIError(msg, typ, code string) []byte {
-	e := apiError{Message: msg, Type: typ, Code: code}
-	b, _ := json.Marshal(struct {
-		Error apiError `json:"error"`
-	}{e})
-	return b
+// errorBody is err's status and document in OpenAI's shape, for a
+// transport that carries them as bytes (a peer's Stored reply).
+func (n *Node) errorBody(err error) (int, []byte) {
+	status, e := n.classify(err)
+	b, _ := json.Marshal(errorDoc{e})
+	return status, b
 }
 
 // answerStored answers a peer's Stored call.
