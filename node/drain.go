@@ -96,7 +96,7 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 	}
 	for _, peer := range n.handoffPeers(req) {
 		in := &pb.ForwardRequest{
-			Origin: n.s.Name, RequestId: req.ID, Tenant: req.Tenant, Residency: string(req.Residency.Jurisdiction),
+			Origin: n.s.Name, RequestId: req.ID, Tenant: req.Tenant, Key: req.Key, Residency: string(req.Residency.Jurisdiction),
 			StrictTransit: req.StrictTransit, Session: req.Session, Body: body, Handoff: true, Api: req.Chat.API.String(),
 		}
 		note := fmt.Sprintf("handed off: %s drains", n.s.Name)

@@ -39,7 +39,7 @@ func newForwarder(n *Node, view *forward.View) *forward.Forwarder {
 func (n *Node) serveForward(ctx context.Context, in *pb.ForwardRequest, meta forward.Meta, sink *forward.Sink) forward.Answer {
 	t, ok := n.tenants.Load().Named(in.Tenant)
 	api, known := route.ParseAPI(in.Api)
-	req := &inbound{origin: fromPeer, api: api, tenant: t, claimed: in.Tenant, body: in.Body, session: in.Session,
+	req := &inbound{origin: fromPeer, api: api, tenant: t, claimed: in.Tenant, key: in.Key, body: in.Body, session: in.Session,
 		residency: in.Residency, strict: in.StrictTransit, sender: in.Origin, hint: in.Provider, spill: in.Spill,
 		traceparent: meta.TraceParent, tracestate: meta.TraceState, id: in.RequestId, start: n.now()}
 	if in.Handoff {

@@ -50,6 +50,9 @@ type inbound struct {
 	// claimed is the tenant the decision records when authentication
 	// failed: the name a peer sent, or "" for a client.
 	claimed string
+	// key is the API key's id a peer sent with its tenant's name (a
+	// client's is its authenticated tenant's Key).
+	key string
 	// body is the request body. When read is set, admit calls it for the
 	// body once the tenant holds its place: a client's body is read only
 	// then, within the size limit and the body read timeout.
@@ -158,7 +161,10 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 		req.AdmitBy = in.start // a draining node does not hold a peer's request in its queue
 	}
 	if t != nil {
-		req.Tenant, req.Priority, req.MaxTTFT = t.Name, t.Priority, t.MaxTTFT
+		req.Tenant, req.Key, req.Priority, req.MaxTTFT = t.Name, t.Key, t.Priority, t.MaxTTFT
+		if req.Key == "" {
+			req.Key = in.key
+		}
 		req.Residency, req.StrictTransit = n.policyOf(t)
 		if err := n.pinToPrior(t.Name, chat); err != nil {
 			return req, err

@@ -276,7 +276,11 @@ type ForwardRequest struct {
 	// translated at the origin: the body is a chat completion's). A node
 	// that does not serve it refuses the forward; a node older than the
 	// field reads every body as chat's.
-	Api           string `protobuf:"bytes,11,opt,name=api,proto3" json:"api,omitempty"`
+	Api string `protobuf:"bytes,11,opt,name=api,proto3" json:"api,omitempty"`
+	// key is the id of the API key the origin authenticated (the first 12
+	// hex digits of its SHA-256), so that the far node attributes and
+	// limits the request by key; "" from an older node.
+	Key           string `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +388,13 @@ func (x *ForwardRequest) GetSpill() bool {
 func (x *ForwardRequest) GetApi() string {
 	if x != nil {
 		return x.Api
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -671,7 +682,7 @@ const file_mesh_proto_rawDesc = "" +
 	"\tdecisions\x18\x01 \x01(\x05R\tdecisions\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x05R\aseconds\"0\n" +
 	"\fObserveReply\x12 \n" +
-	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xb0\x02\n" +
+	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xc2\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -685,7 +696,8 @@ const file_mesh_proto_rawDesc = "" +
 	"\ahandoff\x18\t \x01(\bR\ahandoff\x12\x14\n" +
 	"\x05spill\x18\n" +
 	" \x01(\bR\x05spill\x12\x10\n" +
-	"\x03api\x18\v \x01(\tR\x03api\"\x83\x01\n" +
+	"\x03api\x18\v \x01(\tR\x03api\x12\x10\n" +
+	"\x03key\x18\f \x01(\tR\x03key\"\x83\x01\n" +
 	"\fForwardReply\x12%\n" +
 	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12.\n" +

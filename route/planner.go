@@ -11,8 +11,12 @@ import (
 
 // Request is what planning and execution know of one admitted request.
 type Request struct {
-	Chat      *ChatRequest
-	Tenant    string
+	Chat   *ChatRequest
+	Tenant string
+	// Key is the id of the tenant's API key the request came with
+	// (the first 12 hex digits of its SHA-256), carried across
+	// forwards; "" when unknown (an older peer's forward).
+	Key       string
 	Residency region.Residency
 	// StrictTransit means the request may pass only through nodes of its
 	// residency's jurisdiction, not merely reach providers there.

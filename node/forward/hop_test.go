@@ -118,7 +118,7 @@ func chatRequest(t *testing.T, stream bool) *route.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &route.Request{Chat: chat, ID: "req-1", Tenant: "acme", Session: "s-1",
+	return &route.Request{Chat: chat, ID: "req-1", Tenant: "acme", Key: "0123456789ab", Session: "s-1",
 		Residency: region.Residency{Jurisdiction: "eu"}, StrictTransit: true,
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TraceState: "vendor=1"}
 }
@@ -175,7 +175,7 @@ func TestForwardRelaysAnswer(t *testing.T) {
 		t.Fatalf("headers %v", sink.header)
 	}
 	in, meta := p.last(t)
-	if in.Origin != "origin" || in.RequestId != "req-1" || in.Tenant != "acme" || in.Residency != "eu" || !in.StrictTransit ||
+	if in.Origin != "origin" || in.RequestId != "req-1" || in.Tenant != "acme" || in.Key != "0123456789ab" || in.Residency != "eu" || !in.StrictTransit ||
 		in.Session != "s-1" || in.Provider != "gpu-eu" || !in.Spill || in.Handoff || !strings.Contains(string(in.Body), `"llama"`) {
 		t.Fatalf("the forward sent %+v", in)
 	}

@@ -33,6 +33,10 @@ type Tenant struct {
 	// MaxTTFT is its time-to-first-token objective, from this node's
 	// file; zero: none.
 	MaxTTFT time.Duration
+	// Key is the id of the API key the request was authenticated with
+	// (consensus.KeyID of its SHA-256); "" for a tenant named rather
+	// than authenticated (Named).
+	Key string
 }
 
 // Keys authenticates API keys against the SHA-256 hashes of the
@@ -94,7 +98,9 @@ func NewKeys(ts []config.Tenant, ledger []consensus.Tenant) *Keys {
 			}
 			owner[h] = true
 			p := binary.BigEndian.Uint64(h[:8])
-			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: k.byName[name]})
+			t := *k.byName[name] // each key's own, naming the key
+			t.Key = consensus.KeyID(hex.EncodeToString(h[:]))
+			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: &t})
 		}
 	}
 	return k

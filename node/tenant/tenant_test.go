@@ -81,6 +81,13 @@ func TestNewKeysMergesTheFileAndTheLedger(t *testing.T) {
 		if ok != (want != "") || (ok && got.Name != want) {
 			t.Errorf("%s: %v %v, want %q", key, got, ok, want)
 		}
+		// Each key names itself, never another key of its tenant.
+		if ok && got.Key != consensus.KeyID(hexSum(key)) {
+			t.Errorf("%s: authenticated as key %q, want %q", key, got.Key, consensus.KeyID(hexSum(key)))
+		}
+	}
+	if a, _ := k.Named("a"); a.Key != "" {
+		t.Errorf("a tenant named, not authenticated, has key %q", a.Key)
 	}
 	if a, ok := k.Named("a"); !ok || a.Residency != eu || !a.StrictTransit || a.Priority != 1 {
 		t.Errorf("a: %+v %v", a, ok)
