@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -53,9 +54,10 @@ const (
 //	TTFT = PerWaiting × waiting + PerRunning × running / weight + (P − C) / PrefillTokensPerSecond
 //
 // running and waiting are the engine's figures when fresh (its requests
-// from every node; at least this node's in flight, which may have gone
-// after its last scrape), else this node's requests in flight, all
-// counted as running. A KV cache fuller than KVHigh counts as up to one
+// from every node), and this node's requests in flight beyond them, sent
+// since the engine's last reading, join its queue if it had one (or its
+// KV cache was fuller than KVHigh) and its batch otherwise; without
+// fresh figures, this node's requests in flight, all counted as running. A KV cache fuller than KVHigh counts as up to one
 // more request waiting (new sequences wait for blocks). weight is the
 // replica's capacity over the mean capacity (1 when none is given). Only
 // the figures' ratios matter: a warm replica keeps a request until the
@@ -331,9 +333,12 @@ func (c *replicaChoosing) predict(prompt int, out []int, fig *replicaFigures) {
 	for _, i := range out {
 		running, waiting := float64(c.ring.InFlight(i)), 0.0
 		if e := fig.engine[i]; fig.fresh[i] {
-			load := max(running, float64(e.Running+e.Waiting))
-			waiting = float64(e.Waiting)
-			running = load - waiting
+			// This node's requests beyond what the engine reported were
+			// sent since its reading: they join its batch while it has
+			// room for them, its queue beyond.
+			extra := max(running-float64(e.Running+e.Waiting), 0)
+			joined := min(extra, m.room(e))
+			running, waiting = float64(e.Running)+joined, float64(e.Waiting)+extra-joined
 			if e.KVUsage > m.KVHigh {
 				waiting += min(e.KVUsage-m.KVHigh, 1-m.KVHigh) / (1 - m.KVHigh)
 			}
@@ -356,6 +361,21 @@ func (c *replicaChoosing) predict(prompt int, out []int, fig *replicaFigures) {
 			out[j], out[j-1] = out[j-1], out[j]
 		}
 	}
+}
+
+// room is how many more requests like those it runs an engine is taken
+// to have room for in its batch: none once it queues or its KV cache is
+// fuller than KVHigh; else as many as the KV cache left free holds, at
+// what each of those running holds (running × (1 − usage) / usage);
+// unbounded when it reports nothing in its cache.
+func (m ReplicaCost) room(e EngineLoad) float64 {
+	switch {
+	case e.Waiting > 0 || e.KVUsage > m.KVHigh:
+		return 0
+	case e.Running == 0 || e.KVUsage <= 0:
+		return math.Inf(1)
+	}
+	return math.Floor(float64(e.Running) * (1 - e.KVUsage) / e.KVUsage)
 }
 
 // before reports whether replica a is predicted to answer first, to the

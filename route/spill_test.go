@@ -89,6 +89,50 @@ func TestSpillOverOnPredictedTTFT(t *testing.T) {
 	}
 }
 
+// Requests this node sent since the engines' last reading join the batch
+// while the reading left room for them (the KV cache free, at what each
+// running request holds) and the queue beyond, so that a burst between
+// two scrapes spills once the queue it makes predicts a first token past
+// max_ttft; with room, running costs little, and nothing spills.
+func TestSpillOverCountsRequestsSentSinceTheReading(t *testing.T) {
+	pl, req, now := spillFixture(t, true, nil)
+	gpu := pl.Catalog.Provider("gpu")
+	for _, c := range []struct {
+		name    string
+		waiting int
+		kv      float64
+		sent    int // per replica, beyond the reading
+		first   string
+	}{
+		{"a short queue", 1, 0.5, 0, "gpu"},
+		{"a short queue and a burst since", 1, 0.5, 4, "cloud"},
+		{"room for the burst since", 0, 0.5, 4, "gpu"},           // 8 running in half the cache: room for 8 more
+		{"room for part of the burst since", 0, 0.8, 6, "cloud"}, // room for 2: 4 wait
+		{"a full KV cache and a burst since", 0, 0.95, 4, "cloud"},
+	} {
+		e := fakeEngines{}
+		for i := range 4 {
+			e[i] = EngineLoad{Running: 8, Waiting: c.waiting, KVUsage: c.kv, At: now}
+			for range 8 + c.waiting + c.sent {
+				gpu.Ring.Acquire(i)
+			}
+		}
+		pl.Engines = e
+		plan, err := pl.Plan(req, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := plan.Targets[0].Provider(); got != c.first {
+			t.Errorf("%s: first %s, want %s: %v", c.name, got, c.first, order(plan))
+		}
+		for i := range 4 {
+			for range 8 + c.waiting + c.sent {
+				gpu.Ring.Release(i)
+			}
+		}
+	}
+}
+
 // A group's max_ttft applies to requests naming the group; a tenant's
 // tighter one wins.
 func TestSpillOverGroupObjective(t *testing.T) {
