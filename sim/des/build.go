@@ -32,6 +32,7 @@ func (w *world) build() error {
 	if err := w.buildEngines(); err != nil {
 		return err
 	}
+	w.startScrapes()
 	if err := w.seedLedger(); err != nil {
 		return err
 	}
@@ -147,6 +148,9 @@ func (w *world) buildNode(regionName string, i int, policy route.Policy) error {
 	n.tracker = route.NewTracker(route.DefaultHealthConfig(), route.TrackerHooks{})
 	n.planner = &route.Planner{Self: n.name, Region: regionName, Catalog: n.catalog, Health: n.tracker, Policy: policy,
 		Regions: w.regions, Mesh: meshView{w: w, from: regionName}}
+	if w.scr != nil {
+		n.planner.Engines, n.planner.Remote = w.scr, w.scr
+	}
 	if w.alloc != nil {
 		n.rates = consensus.NewRateHolder(n.name, rateCapacities(n.catalog.Providers()), w.renewRates(n),
 			func() int { return len(w.nodes) }, func() bool { return false })

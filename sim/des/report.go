@@ -30,6 +30,34 @@ func Table(w io.Writer, s *Scenario, rs []Result) {
 		fmt.Fprintf(tw, "%d\t$%.6f\t\n", r.ResidencyViolations, r.OverspendUSD)
 	}
 	tw.Flush()
+	phaseTable(w, rs)
+}
+
+// phaseTable prints, for a workload in phases, who served each phase's
+// requests under each policy.
+func phaseTable(w io.Writer, rs []Result) {
+	if len(rs) == 0 || len(rs[0].Phases) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nserved by, phase by phase:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t", r.Policy)
+		for i, p := range r.Phases {
+			names := make([]string, 0, len(p.ServedBy))
+			for name := range p.ServedBy {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			var parts []string
+			for _, name := range names {
+				parts = append(parts, fmt.Sprintf("%s %d", name, p.ServedBy[name]))
+			}
+			fmt.Fprintf(tw, "%d (%s-%s): %s\t", i+1, p.Start, p.End, strings.Join(parts, ", "))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
 
 // JSON writes the results for scripts; the same scenario and seed give the

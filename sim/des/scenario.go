@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -132,7 +133,11 @@ type TenantSpec struct {
 	// Regions its clients connect to (default: every region).
 	Regions []string `yaml:"regions"`
 	Weight  float64  `yaml:"weight"` // share of sessions (default 1)
-	id      uint64   // identifies its shared prefix to the engines' caches
+	// MaxTTFT is its time-to-first-token objective (a node's
+	// tenants[].max_ttft): a self-hosted provider whose every replica is
+	// predicted past it goes after the other compliant providers.
+	MaxTTFT time.Duration `yaml:"max_ttft"`
+	id      uint64        // identifies its shared prefix to the engines' caches
 }
 
 // WorkloadSpec is the traffic: sessions arriving as a Poisson process
@@ -142,6 +147,15 @@ type WorkloadSpec struct {
 	// scales it hour by hour (24 factors, averaging 1 is usual).
 	SessionsPerHour float64   `yaml:"sessions_per_hour"`
 	DailyShape      []float64 `yaml:"daily_shape"`
+	// Phases, in place of DailyShape, scale it stretch by stretch from
+	// the start of the run: a bench's steps of load (the last factor
+	// holds past the last phase). Results are also reported by phase.
+	Phases []PhaseSpec `yaml:"phases"`
+	// Trace, when given, is when sessions arrive, from the start of the
+	// run, in order, in place of the Poisson process (SessionsPerHour
+	// and the shapes then only name the phases): a recorded or a
+	// bench's workload replayed.
+	Trace []time.Duration `yaml:"trace"`
 	// Turns is the mean number of requests per session (geometric, at
 	// least 1); ThinkTime the mean pause between them (exponential).
 	Turns     float64       `yaml:"turns"`
@@ -158,6 +172,12 @@ type WorkloadSpec struct {
 	// starts with (within its prompt tokens): what an engine's prefix
 	// cache shares between the tenant's sessions.
 	SharedPrefixTokens int `yaml:"shared_prefix_tokens"`
+}
+
+// PhaseSpec is a stretch of the run at Factor times the mean rate.
+type PhaseSpec struct {
+	Duration time.Duration `yaml:"duration"`
+	Factor   float64       `yaml:"factor"`
 }
 
 // TokenDist is a log-normal count of tokens.
@@ -190,13 +210,15 @@ func ParseScenario(b []byte) (*Scenario, error) {
 	if err := dec.Decode(&s); err != nil {
 		return nil, fmt.Errorf("scenario: %w", err)
 	}
-	if err := s.check(); err != nil {
+	if err := s.Check(); err != nil {
 		return nil, err
 	}
 	return &s, nil
 }
 
-func (s *Scenario) check() error {
+// Check checks a scenario made in code, as ParseScenario checks one it
+// reads, and fills in its defaults.
+func (s *Scenario) Check() error {
 	if s.Duration <= 0 {
 		return bad("duration", "must be above 0")
 	}
@@ -323,8 +345,8 @@ func (s *Scenario) checkTenants(regions map[string]bool) error {
 				return bad(fmt.Sprintf("tenants[%d].regions", i), "%q is not a region", r)
 			}
 		}
-		if t.BudgetUSD < 0 || t.Weight < 0 {
-			return bad(fmt.Sprintf("tenants[%d]", i), "budget_usd and weight must not be negative")
+		if t.BudgetUSD < 0 || t.Weight < 0 || t.MaxTTFT < 0 {
+			return bad(fmt.Sprintf("tenants[%d]", i), "budget_usd, weight and max_ttft must not be negative")
 		}
 	}
 	return nil
@@ -334,8 +356,10 @@ func (s *Scenario) checkTenants(regions map[string]bool) error {
 // its defaults.
 func (w *WorkloadSpec) check(models map[string]bool) error {
 	switch {
-	case w.SessionsPerHour <= 0:
+	case w.SessionsPerHour <= 0 && len(w.Trace) == 0:
 		return bad("workload.sessions_per_hour", "must be above 0")
+	case !slices.IsSorted(w.Trace) || len(w.Trace) > 0 && w.Trace[0] < 0:
+		return bad("workload.trace", "must be offsets from the start, not negative, in order")
 	case len(w.DailyShape) != 0 && len(w.DailyShape) != 24:
 		return bad("workload.daily_shape", "needs 24 factors, one an hour")
 	case len(w.Models) == 0:
@@ -348,6 +372,13 @@ func (w *WorkloadSpec) check(models map[string]bool) error {
 		return bad("workload.stream", "must be in [0, 1]")
 	case w.SharedPrefixTokens < 0:
 		return bad("workload.shared_prefix_tokens", "must not be negative")
+	case len(w.Phases) > 0 && len(w.DailyShape) > 0:
+		return bad("workload.phases", "replaces daily_shape: give one or the other")
+	}
+	for i, ph := range w.Phases {
+		if ph.Duration <= 0 || ph.Factor < 0 {
+			return bad(fmt.Sprintf("workload.phases[%d]", i), "needs a duration above 0 and a factor not negative")
+		}
 	}
 	for i, m := range w.Models {
 		if !models[m.Name] || m.Weight <= 0 {

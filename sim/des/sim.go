@@ -62,11 +62,25 @@ type Result struct {
 	CostByHour []float64 `json:"cost_by_hour"`
 	// LoadByRegion is the requests served by providers of each region.
 	LoadByRegion map[string]int `json:"load_by_region"`
+	// ServedBy is the requests each provider served.
+	ServedBy map[string]int `json:"served_by"`
+	// Phases are the workload's phases (workload.phases), each with the
+	// requests that arrived in it and the providers that served them.
+	Phases []PhaseResult `json:"phases,omitempty"`
 	// SpentByTenant is what each tenant was served, in USD.
 	SpentByTenant map[string]float64 `json:"spent_by_tenant"`
 	latencies     []float64          // ms, of answered requests
 	ttfts         []float64          // ms, of answered streams
 	blocked       int                // targets the executor's guard refused to try
+}
+
+// PhaseResult is one workload phase's requests: those that arrived in
+// it, and which providers served them.
+type PhaseResult struct {
+	Start    time.Duration  `json:"start_ns"`
+	End      time.Duration  `json:"end_ns"`
+	Requests int            `json:"requests"`
+	ServedBy map[string]int `json:"served_by"`
 }
 
 // Policies are the policies a run compares, in order: round-robin first,
@@ -118,6 +132,7 @@ type world struct {
 	nodeByName map[string]*simNode
 	specs      map[string]*ProviderSpec
 	engines    map[string][]*simReplica // by provider, its replicas' engines
+	scr        *scrapes                 // the engines' readings the planners see; nil without engines
 	// tenantChains are the block hashes of each tenant's shared prefix.
 	tenantChains map[tenantBlock]*blockChain
 	limiter      *route.Limiter // each provider's own limits
@@ -130,6 +145,7 @@ type world struct {
 	res          *Result
 	lastProv     map[string]string // by session: the provider (and replica) of its last answered turn
 	wl           *rand.Rand        // the workload's stream, the same under every policy
+	traced       int               // arrivals taken from the workload's trace
 	reqID        uint64
 	withBudget   map[string]bool
 	laterOK      int // answered requests that were a session's later turn
@@ -172,8 +188,9 @@ func runPolicy(s *Scenario, policy string, o runOpts) (*Result, error) {
 	w := &world{s: s, policy: policy, opts: o, juris: map[string]region.Jurisdiction{}, specs: map[string]*ProviderSpec{},
 		byRegion: map[string][]*simNode{}, nodeByName: map[string]*simNode{}, tenants: map[string]*TenantSpec{}, lastProv: map[string]string{},
 		engines: map[string][]*simReplica{}, tenantChains: map[tenantBlock]*blockChain{},
-		wl:  rand.New(rand.NewPCG(s.Seed, 0x11e5)),
-		res: &Result{Policy: policy, LoadByRegion: map[string]int{}, SpentByTenant: map[string]float64{}, CostByHour: make([]float64, int(math.Ceil(s.Duration.Hours())))}}
+		wl: rand.New(rand.NewPCG(s.Seed, 0x11e5)),
+		res: &Result{Policy: policy, LoadByRegion: map[string]int{}, ServedBy: map[string]int{}, SpentByTenant: map[string]float64{},
+			CostByHour: make([]float64, int(math.Ceil(s.Duration.Hours()))), Phases: phaseResults(s.Workload.Phases)}}
 	if err := w.build(); err != nil {
 		return nil, err
 	}
@@ -214,7 +231,11 @@ func (w *world) at(t time.Duration, fn func()) {
 // through the executor's admission step, then the modelled call.
 func (w *world) serve(s *session, turn int, id uint64, prompt, completion int) {
 	w.res.Requests++
-	req := &route.Request{Chat: route.SyntheticChat(s.model, prompt, completion, s.stream, s.key), Tenant: s.tenant.Name, Session: s.key}
+	if len(w.res.Phases) > 0 {
+		w.res.Phases[w.phase(w.now)].Requests++
+	}
+	req := &route.Request{Chat: route.SyntheticChat(s.model, prompt, completion, s.stream, s.key), Tenant: s.tenant.Name, Session: s.key,
+		MaxTTFT: s.tenant.MaxTTFT}
 	if s.tenant.Residency != "" {
 		req.Residency = region.Residency{Jurisdiction: region.Jurisdiction(s.tenant.Residency)}
 	}
@@ -433,6 +454,10 @@ func (w *world) answered(s *session, turn int, provider string, replica int, spe
 	r.CostUSD += cost
 	r.CostByHour[min(int(w.now.Hours()), len(r.CostByHour)-1)] += cost
 	r.LoadByRegion[spec.Region]++
+	r.ServedBy[provider]++
+	if len(r.Phases) > 0 {
+		r.Phases[w.phase(w.now)].ServedBy[provider]++
+	}
 	r.SpentByTenant[s.tenant.Name] += cost
 	p := w.catalog.Provider(provider)
 	if !res.Allows(p.Jurisdictions) {
@@ -495,6 +520,17 @@ func (w *world) finish() {
 	for k, v := range r.SpentByTenant {
 		r.SpentByTenant[k] = round6(v)
 	}
+}
+
+// phaseResults are the empty results of the workload's phases.
+func phaseResults(phases []PhaseSpec) []PhaseResult {
+	var out []PhaseResult
+	var at time.Duration
+	for _, ph := range phases {
+		out = append(out, PhaseResult{Start: at, End: at + ph.Duration, ServedBy: map[string]int{}})
+		at += ph.Duration
+	}
+	return out
 }
 
 func pct(sorted []float64, q float64) float64 {

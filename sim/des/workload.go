@@ -12,15 +12,47 @@ func (w *world) rate(t time.Duration) float64 {
 	if sh := w.s.Workload.DailyShape; len(sh) == 24 {
 		r *= sh[int(t.Hours())%24]
 	}
+	if ph := w.s.Workload.Phases; len(ph) > 0 {
+		r *= ph[w.phase(t)].Factor
+	}
 	return r
 }
 
+// phase is the index of the workload phase at virtual time t (the last
+// past the end of the phases).
+func (w *world) phase(t time.Duration) int {
+	ph := w.s.Workload.Phases
+	for i := range ph {
+		if t < ph[i].Duration {
+			return i
+		}
+		t -= ph[i].Duration
+	}
+	return len(ph) - 1
+}
+
 // nextArrival draws the next session arrival after t (a Poisson process
-// with a time-varying rate, by thinning).
+// with a time-varying rate, by thinning), or takes it from the trace.
 func (w *world) nextArrival(t time.Duration) time.Duration {
+	if tr := w.s.Workload.Trace; len(tr) > 0 {
+		if w.traced == len(tr) {
+			return w.s.Duration
+		}
+		w.traced++
+		return tr[w.traced-1]
+	}
 	peak := w.s.Workload.SessionsPerHour / 3600
+	if len(w.s.Workload.Phases) > 0 {
+		peak = 0
+	}
 	for _, f := range w.s.Workload.DailyShape {
 		peak = math.Max(peak, w.s.Workload.SessionsPerHour/3600*f)
+	}
+	for _, ph := range w.s.Workload.Phases {
+		peak = math.Max(peak, w.s.Workload.SessionsPerHour/3600*ph.Factor)
+	}
+	if peak == 0 {
+		return w.s.Duration
 	}
 	for {
 		t += time.Duration(w.wl.ExpFloat64() / peak * float64(time.Second))
