@@ -33,8 +33,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "proxy" {
 		return runBenchProxy(args[1:], stderr)
 	}
-	if isPrefixWorkload(args) {
+	switch workloadOf(args) {
+	case "shared-prefix":
 		return runBenchPrefix(args, stdout, stderr)
+	case "spill":
+		return runBenchSpill(args, stdout, stderr)
 	}
 	cfg := bench.DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -53,12 +56,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Hold, "hold", 0, "keep this many long `streams` open to each target during its turns, besides the load (with a low -tps)")
 	fs.IntVar(&cfg.HoldTokens, "hold-tokens", 1000, "answer length in tokens of each held stream")
 	asJSON := fs.Bool("json", false, "print JSON")
-	workload := fs.String("workload", "echo", "echo: short prompts, what a node adds; shared-prefix: tenants' long system prefixes over engine replicas, per replica policy (its own flags: -workload shared-prefix -h)")
+	workload := fs.String("workload", "echo", "echo: short prompts, what a node adds; shared-prefix: tenants' long system prefixes over engine replicas, per replica policy (its own flags: -workload shared-prefix -h); spill: local GPU replicas saturated and drained under max_ttft, live and simulated (-workload spill -h)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *workload != "echo" {
-		fmt.Fprintf(stderr, "llmesh bench: -workload: %q is not echo or shared-prefix\n", *workload)
+		fmt.Fprintf(stderr, "llmesh bench: -workload: %q is not echo, shared-prefix or spill\n", *workload)
 		return 2
 	}
 	if cfg.Hold > 0 && *tps == 0 && *target == "" {

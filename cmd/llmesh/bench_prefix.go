@@ -29,16 +29,19 @@ const oraclePolicy = "oracle"
 // prefixPolicies are the runs of a shared-prefix bench, in order.
 var prefixPolicies = []string{"round_robin", "least_loaded", "session", "prefix", oraclePolicy}
 
-// isPrefixWorkload reports whether args ask for the shared-prefix
-// workload, which has flags of its own.
-func isPrefixWorkload(args []string) bool {
+// workloadOf is the workload args ask for ("" when they name none):
+// shared-prefix and spill have flags of their own.
+func workloadOf(args []string) string {
 	for i, a := range args {
 		a = strings.TrimLeft(a, "-")
-		if a == "workload=shared-prefix" || (a == "workload" && i+1 < len(args) && args[i+1] == "shared-prefix") {
-			return true
+		if w, ok := strings.CutPrefix(a, "workload="); ok {
+			return w
+		}
+		if a == "workload" && i+1 < len(args) {
+			return args[i+1]
 		}
 	}
-	return false
+	return ""
 }
 
 // runBenchPrefix is `llmesh bench -workload shared-prefix`: for each

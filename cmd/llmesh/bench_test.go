@@ -96,3 +96,61 @@ func TestBenchSharedPrefixSmoke(t *testing.T) {
 		t.Fatalf("rows %v, want %v; kv_blocks %d", got, want, doc.KVBlocks)
 	}
 }
+
+// `llmesh bench -workload spill`, shortened: an eu tenant's requests go
+// to the local GPU replicas while they have room, to the compliant eu
+// cloud while they are saturated, back to the GPUs when the load falls,
+// and never to the cheaper us cloud; every request is answered; and the
+// simulator, given the same mesh and arrivals, predicts the GPUs' share
+// of the run within 10 points of what the live node did (issue 22).
+func TestBenchSpillMatchesTheSimulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several processes and runs for half a minute: not with -short")
+	}
+	out, err := exec.Command(binary, "bench", "-workload", "spill", "-phases", "6s@4,12s@16,12s@3", "-drain", "20s", "-json").Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	type phase struct {
+		Requests, OK int
+		ServedBy     map[string]int `json:"served_by"`
+	}
+	var doc struct {
+		Live struct {
+			Phases       []phase
+			Requests, OK int
+			ServedBy     map[string]int `json:"served_by"`
+			FirstError   string         `json:"first_error"`
+		}
+		Simulated struct {
+			Requests            int
+			ServedBy            map[string]int `json:"served_by"`
+			ResidencyViolations int            `json:"residency_violations"`
+		}
+		GapAll float64 `json:"gap_all"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	live := doc.Live
+	t.Logf("live %v by phase %v; simulated %v; gap %.3f", live.ServedBy, live.Phases, doc.Simulated.ServedBy, doc.GapAll)
+	if live.Requests == 0 || live.OK != live.Requests || len(live.Phases) != 3 || doc.Simulated.Requests != live.Requests {
+		t.Fatalf("%d of %d answered (%s), %d simulated: %s", live.OK, live.Requests, live.FirstError, doc.Simulated.Requests, out)
+	}
+	if live.ServedBy["cloud-us"] != 0 || doc.Simulated.ServedBy["cloud-us"] != 0 || doc.Simulated.ResidencyViolations != 0 {
+		t.Fatalf("an eu tenant's request went to the us cloud: live %v, simulated %v", live.ServedBy, doc.Simulated.ServedBy)
+	}
+	gpu := func(p phase) float64 { return float64(p.ServedBy["gpu"]) / float64(max(p.OK, 1)) }
+	if g := gpu(live.Phases[0]); g < 0.9 {
+		t.Errorf("with room, the GPUs served %.0f%% of the requests", 100*g)
+	}
+	if g := gpu(live.Phases[1]); g > 0.8 {
+		t.Errorf("saturated, the GPUs still served %.0f%%: nothing spilled to the eu cloud", 100*g)
+	}
+	if gpu(live.Phases[2]) <= gpu(live.Phases[1]) {
+		t.Errorf("the GPUs' share did not come back as the load fell: %v", live.Phases)
+	}
+	if doc.GapAll > 0.10 {
+		t.Errorf("the simulator's GPU share is %.1f points from the live node's: %v against %v", 100*doc.GapAll, doc.Simulated.ServedBy, live.ServedBy)
+	}
+}

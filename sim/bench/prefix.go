@@ -182,6 +182,7 @@ type prefixSample struct {
 	prompt, cached, complete int64
 	err                      string
 	unfinished               bool
+	provider                 string // X-LLMesh-Provider, when a node answered
 }
 
 func runPrefixTarget(ctx context.Context, client *http.Client, cfg PrefixConfig, w *prefixWorkload, t PrefixTarget) PrefixResult {
@@ -282,6 +283,7 @@ func prefixOne(ctx context.Context, client *http.Client, cfg PrefixConfig, url s
 		return fail(err)
 	}
 	defer resp.Body.Close()
+	s.provider = resp.Header.Get("X-LLMesh-Provider")
 	if resp.StatusCode != http.StatusOK {
 		b := make([]byte, 512)
 		n, _ := resp.Body.Read(b)
