@@ -9,7 +9,8 @@
 // Azure's paths where both exist. It serves in process (Handler) or on a
 // listener of its own (Start), and its behaviour — latency, time to first
 // token, token rate, error rate, requests per minute, API key, models and
-// prices — and its failure mode (refuse, error, hang, cut) can be changed
+// prices — and its failure mode (refuse, error, hang, cut, or a refusal
+// of every prompt by a content filter or for its length) can be changed
 // while it runs, from Go (SetConfig, SetMode) or over HTTP
 // (POST /emulator/mode, GET /emulator/stats) when it runs in another process.
 // Every endpoint answers errors in its own API's shape.

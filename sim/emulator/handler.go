@@ -211,6 +211,9 @@ func (x *exchange) check() bool {
 
 // dispatch answers a request that passed check.
 func (x *exchange) dispatch(body []byte) {
+	if x.refusedByMode(body) {
+		return
+	}
 	switch x.ep {
 	case epModels:
 		x.answerModels()

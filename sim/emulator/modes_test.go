@@ -316,7 +316,7 @@ func TestShutdownCutsLongStreams(t *testing.T) {
 }
 
 func TestModeNames(t *testing.T) {
-	for m := ModeUp; m <= ModeCut; m++ {
+	for m := ModeUp; m <= ModeContextLength; m++ {
 		got, err := ParseMode(m.String())
 		if err != nil || got != m {
 			t.Errorf("ParseMode(%q) = %v, %v", m.String(), got, err)
