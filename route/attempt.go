@@ -67,8 +67,12 @@ func (c *call) attempt() *attemptResult {
 		// A provider without the endpoint (OpenAI's chat models serve no
 		// legacy completions) refuses the request, and stays healthy.
 		code == http.StatusNotFound && req.Chat.API != APIChat && req.Chat.API != APIMessages:
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		a.final = &UpstreamReply{Provider: t.Provider(), Status: code, Header: resp.Header, Body: b}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxClassifiedBody))
+		reply := &UpstreamReply{Provider: t.Provider(), Status: code, Header: resp.Header, Body: b}
+		if c.fallsBack(reply) {
+			return c.fail(OutcomeRefused, "%d %s: fell back", code, a.fallback)
+		}
+		a.final = reply
 		return c.fail(OutcomeRefused, "%d", code)
 	default:
 		return c.fail(OutcomeHTTPError, "%d: %s", code, snippet(resp.Body, 256))

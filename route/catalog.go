@@ -347,6 +347,9 @@ func (c *Catalog) addGroup(g *Group) error {
 			return fmt.Errorf("weights: %q has a negative weight", m)
 		}
 	}
+	if err := c.checkFallback(g); err != nil {
+		return err
+	}
 	c.groups[g.Name] = g
 	return nil
 }

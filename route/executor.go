@@ -150,6 +150,9 @@ type Result struct {
 	// from the provider; nil for every other answer, and for one through
 	// a via node (which keeps it).
 	Stored *StoredResponse
+	// Fallbacks are the moves past answers of a class the request's
+	// group falls back on (fallback_on), in order.
+	Fallbacks []Fallback
 
 	// The plan, the target being tried and the failures before it, from
 	// which the X-LLMesh-Route explanation is built at commit.
@@ -163,7 +166,7 @@ func (r *Result) Route() string {
 	if r.plan == nil {
 		return ""
 	}
-	return r.plan.Explain(r.chosen, r.failed)
+	return r.plan.Explain(r.chosen, r.failed) + fallbackNote(r.Fallbacks)
 }
 
 // Executor runs plans: it calls each target in turn until one answers,
@@ -263,6 +266,9 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 			r.res.ClientGone = true
 			return r.res, err
 		}
+		if r.passOver(&plan.Targets[i]) {
+			continue
+		}
 		c := &call{run: r, t: &plan.Targets[i]}
 		if done, err := c.try(i); done {
 			return r.res, err
@@ -285,6 +291,7 @@ type run struct {
 	rateWait   time.Duration // the shortest wait a rate limit named
 	farLimited bool          // a node forwarded to answered 429
 	attempts   int
+	fb         fallbackState
 }
 
 // call is one attempt of one target: the state its admission, the call,
@@ -330,6 +337,7 @@ func (c *call) try(i int) (done bool, err error) {
 	if done, err := c.finish(a); done {
 		return true, err
 	}
+	c.fellBack(a)
 	c.failed = append(c.failed, c.t.Provider()+" ("+a.short()+")")
 	c.lastErr = ErrUpstream
 	return false, nil
@@ -372,6 +380,7 @@ func (c *call) tryVia(i int) (bool, error) {
 	if done, err := c.finish(a); done {
 		return true, err
 	}
+	c.fellBack(a)
 	if a.Outcome == OutcomeRateLimited {
 		c.rateWait = minPositive(c.rateWait, a.retryAfter)
 		// The far node waited for its escrow or share itself: its 429
@@ -393,6 +402,10 @@ func (c *call) tryVia(i int) (bool, error) {
 // verdict is the error of a request no target answered.
 func (r *run) verdict() error {
 	switch {
+	case r.fb.reply != nil:
+		// No target after a refusal fallen back from answered: the client
+		// sees the refusal as the provider gave it.
+		return r.fb.reply
 	case r.lastErr == nil && r.rateWait > 0,
 		r.attempts > 0 && allRateLimited(r.res.Attempts):
 		return &RetryAfterError{After: max(r.rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: !r.farLimited}
@@ -481,6 +494,9 @@ type attemptResult struct {
 	unavailable error
 	// stored is what a Responses answer leaves for a follow-up.
 	stored *StoredResponse
+	// fallback is the class of a refusal the request's group falls back
+	// on (fallsBack): the request moves on instead of relaying it.
+	fallback FallbackClass
 }
 
 // report is what the attempt's ticket settles.

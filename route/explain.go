@@ -10,6 +10,9 @@ import (
 func (plan *Plan) Why(i int) []string {
 	t := &plan.Targets[i]
 	var why []string
+	if t.ContextFallback {
+		why = append(why, "a larger-context model of the group: tried only after a provider refuses the prompt as too long (context_length)")
+	}
 	if t.Sticky {
 		why = append(why, "the session's provider (its prompt cache is warm): first while healthy")
 	}

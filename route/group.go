@@ -27,6 +27,14 @@ type Group struct {
 	// a provider whose every replica is predicted to start later goes
 	// after the others; zero: none. A tenant's tighter one wins.
 	MaxTTFT time.Duration
+	// FallbackOn are the classes of a provider's answer before the first
+	// byte that move the request to the plan's next target
+	// (fallback_on); 0: a refusal is relayed as it is.
+	FallbackOn FallbackClass
+	// ContextFallback are the larger-context models a context_length
+	// refusal moves the request to (context_fallback), planned after the
+	// members' providers and tried only after one.
+	ContextFallback []string
 }
 
 // Tier is one rule of a group: prompts up to MaxPromptTokens go to

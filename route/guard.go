@@ -143,7 +143,12 @@ func (c *call) forward() *attemptResult {
 	// elsewhere: the next target is tried.
 	switch f.Status {
 	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		a.final = &UpstreamReply{Provider: t.Provider(), Status: f.Status, Header: f.Header, Body: f.Body}
+		reply := &UpstreamReply{Provider: t.Provider(), Status: f.Status, Header: f.Header, Body: f.Body}
+		if c.fallsBack(reply) {
+			// The far node relayed its provider's refusal as it was.
+			return c.fail(OutcomeRefused, "via %s: %d %s: fell back", t.Via, f.Status, a.fallback)
+		}
+		a.final = reply
 		return c.fail(OutcomeRefused, "via %s: %d %s", t.Via, f.Status, f.Code)
 	case http.StatusTooManyRequests:
 		a.retryAfter = retryAfter(f.Header, e.now())

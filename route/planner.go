@@ -94,6 +94,10 @@ type Target struct {
 	// others fail or are not there: a request is never sent to a
 	// provider it may not use because its own are busy.
 	OverTTFT string
+	// ContextFallback means the target serves one of the group's
+	// larger-context models: it is tried only after a provider refused
+	// the prompt as too long (FallbackContextLength).
+	ContextFallback bool
 
 	choice int32 // 1 + its index in Plan.Replicas; 0: no replica choice
 }
@@ -140,6 +144,10 @@ type Plan struct {
 	// Replicas says why each replica target is where it is
 	// (ReplicaChoice); empty when no provider planned has replicas.
 	Replicas []ReplicaChoice
+	// FallbackOn are the classes of answer the group falls back on.
+	FallbackOn FallbackClass
+
+	contextModels []string // the group's larger-context models, when it falls back on context_length
 }
 
 // Policy orders the targets that passed every hard filter.
@@ -304,6 +312,7 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 	}
 	sort.Stable(byPolicy{req, policy, plan.Targets})
 	spillSlow(plan.Targets)
+	p.planContextFallback(req, plan, policy, sticky, now)
 	return plan, nil
 }
 
@@ -496,6 +505,10 @@ func (p *Planner) offers(req *Request, plan *Plan) ([][]*Offer, error) {
 	}
 	plan.Group = g.Name
 	plan.MaxTTFT = g.MaxTTFT
+	plan.FallbackOn = g.FallbackOn
+	if g.FallbackOn.Has(FallbackContextLength) {
+		plan.contextModels = g.ContextFallback
+	}
 	members, weighted, choice := g.choose(req.Session, plan.PromptTokens)
 	plan.Choice = choice
 	var ranks [][]*Offer

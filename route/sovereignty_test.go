@@ -142,6 +142,13 @@ func genTopology(c chooser) *topology {
 			break
 		}
 	}
+	// Fallback by class moves a request on past refusals too, and to
+	// the larger-context member: never anywhere the guard would not let
+	// any retry go.
+	g.FallbackOn = FallbackClass(c.IntN(16))
+	if g.FallbackOn.Has(FallbackContextLength) && slices.Contains(g.Members, "m2") && c.IntN(2) == 0 {
+		g.ContextFallback = []string{"m2"}
+	}
 	tp.groups = []Group{g}
 	for i := range c.IntN(3 * nr) {
 		tp.nodes = append(tp.nodes, meshNode{name: fmt.Sprintf("n%d", i), region: tp.regions[c.IntN(nr)].Name, rtt: time.Duration(1+c.IntN(200)) * time.Millisecond})
@@ -189,7 +196,8 @@ func violation(tp *topology, self string, req *Request, provider *Provider, via 
 
 // recorder is the executor's way out, recorded: a RoundTripper for
 // direct calls and a Forwarder for calls through a via node. Each
-// answers at random: an answer, an error status, a 429, no connection.
+// answers at random: an answer, an error status, a 429, no connection,
+// a content filter's refusal or a context window's.
 type recorder struct {
 	t       testing.TB
 	mu      sync.Mutex
@@ -209,7 +217,13 @@ type recordedCall struct {
 func (r *recorder) outcome() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.c.IntN(4)
+	return r.c.IntN(6)
+}
+
+// refusals are the 400s the recorder answers, by outcome.
+var refusals = map[int]string{
+	4: `{"error":{"message":"filtered","type":null,"param":"prompt","code":"content_filter","status":400}}`,
+	5: `{"error":{"message":"too long","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
 }
 
 func (r *recorder) RoundTrip(hr *http.Request) (*http.Response, error) {
@@ -225,7 +239,10 @@ func (r *recorder) RoundTrip(hr *http.Request) (*http.Response, error) {
 		hr.Body.Close()
 	}
 	resp := &http.Response{Header: http.Header{"Content-Type": {"application/json"}}, Request: hr}
-	switch r.outcome() {
+	switch o := r.outcome(); o {
+	case 4, 5:
+		resp.StatusCode = 400
+		resp.Body = io.NopCloser(strings.NewReader(refusals[o]))
 	case 0:
 		return nil, errors.New("connection refused")
 	case 1:
@@ -255,7 +272,9 @@ func (r *recorder) Forward(ctx context.Context, req *Request, t *Target, route s
 	r.mu.Lock()
 	r.calls = append(r.calls, recordedCall{provider: t.Offer.Provider, via: t.Via})
 	r.mu.Unlock()
-	switch r.outcome() {
+	switch o := r.outcome(); o {
+	case 4, 5:
+		return Forwarded{Status: 400, Header: http.Header{}, Body: []byte(refusals[o]), Code: "upstream_error"}
 	case 0:
 		return Forwarded{Err: errors.New("connection refused")}
 	case 1:
