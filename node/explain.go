@@ -58,13 +58,14 @@ func (n *Node) explanation(req *route.Request, plan *route.Plan, err error) view
 		return out
 	}
 	out.Group, out.GroupChoice, out.Policy = plan.Group, plan.Choice, plan.Policy
+	out.FallbackOn = plan.FallbackOn.Names()
 	out.PromptTokens, out.OutputTokens = plan.PromptTokens, plan.OutputTokens
 	for i := range plan.Targets {
 		tg := &plan.Targets[i]
 		v := views.TargetView{
 			Rank: i + 1, Provider: tg.Provider(), Model: tg.Offer.Model.Name, Via: tg.Via,
 			EstCostUSD: tg.Cost, MaxCostUSD: tg.MaxCost, ViaRTTMs: ms(tg.ViaRTT),
-			TTFTMs: ms(tg.Health.TTFT), LatencyMs: ms(tg.Health.Latency), Why: plan.Why(i),
+			TTFTMs: ms(tg.Health.TTFT), LatencyMs: ms(tg.Health.Latency), Why: plan.Why(i), ContextFallback: tg.ContextFallback,
 		}
 		if v.Via == "" {
 			v.Via = n.s.Name

@@ -200,6 +200,15 @@ type GroupSection struct {
 	// MaxTTFT is the group's time-to-first-token objective, as a
 	// tenant's (the tighter of the two applies). Optional.
 	MaxTTFT Duration `yaml:"max_ttft"`
+	// FallbackOn lists the classes of a provider's answer before the
+	// first byte that move the request to the next compliant target:
+	// content_filter, context_length, rate_limited, server_error.
+	// Optional; absent, a provider's 4xx is relayed as it is.
+	FallbackOn []string `yaml:"fallback_on"`
+	// ContextFallback names the larger-context models a context_length
+	// refusal moves the request to. Optional; needs context_length in
+	// FallbackOn.
+	ContextFallback []string `yaml:"context_fallback"`
 }
 
 // TierSection routes prompts of up to MaxPromptTokens (0: any) to its

@@ -213,6 +213,7 @@ func resolveGroups(c *File, _ Env, s *Runtime, p *problems) {
 			p.bad(f+".max_ttft", "must not be negative")
 		}
 		rg := route.Group{Name: g.Name, Members: g.Members, Weights: g.Weights, MaxTTFT: time.Duration(g.MaxTTFT)}
+		resolveFallback(f, g, &rg, p)
 		for j, t := range g.Tiers {
 			if t.MaxPromptTokens < 0 {
 				p.bad(fmt.Sprintf("%s.tiers[%d].max_prompt_tokens", f, j), "must not be negative")

@@ -126,5 +126,17 @@ func TestResolveGroups(t *testing.T) {
 		}, err: strings.Join([]string{`groups[0].name: "a b" must be 1-64 letters, digits, '.', '_' or '-'`,
 			"groups[0].members: at least one model is required", "groups[0].max_ttft: must not be negative",
 			"groups[0].tiers[0].max_prompt_tokens: must not be negative"}, "\n")},
+		{name: "fallback", edit: func(f *File) {
+			f.Groups = []GroupSection{{Name: "smart", Members: []string{"a"}, FallbackOn: []string{"content_filter", "context_length", "rate_limited", "server_error"},
+				ContextFallback: []string{"a-128k"}}}
+		}, want: func(s *Runtime) {
+			s.Groups = []route.Group{{Name: "smart", Members: []string{"a"}, ContextFallback: []string{"a-128k"},
+				FallbackOn: route.FallbackContentFilter | route.FallbackContextLength | route.FallbackRateLimited | route.FallbackServerError}}
+		}},
+		{name: "bad fallback", edit: func(f *File) {
+			f.Groups = []GroupSection{{Name: "smart", Members: []string{"a"}, FallbackOn: []string{"content_filter", "timeout"}, ContextFallback: []string{"a-128k", ""}}}
+		}, err: strings.Join([]string{`groups[0].fallback_on[1]: "timeout" must be content_filter, context_length, rate_limited or server_error`,
+			"groups[0].context_fallback: needs context_length in fallback_on: it names the models a context_length refusal moves to",
+			"groups[0].context_fallback[1]: is empty"}, "\n")},
 	})
 }

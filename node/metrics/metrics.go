@@ -45,6 +45,7 @@ type Metrics struct {
 	forwardsOut   prometheus.Counter
 	handoffs      *prometheus.CounterVec
 	refusals      *prometheus.CounterVec
+	fallbackMetrics
 }
 
 // latencyBuckets returns buckets spanning a cached answer (5 ms) to a long generation (5 min).
@@ -147,6 +148,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Time for a ledger command to commit and apply on this voter while it leads.",
 		})).(prometheus.Histogram),
 	}
+	m.fallbackMetrics = newFallbackMetrics(f)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -230,6 +232,7 @@ func (m *Metrics) Answered(r Request) {
 		return
 	}
 	m.admissionWait.Observe(res.AdmissionWait.Seconds())
+	m.countFallbacks(res)
 	if res.Target == nil {
 		return
 	}

@@ -20,6 +20,10 @@ type Explanation struct {
 	Dropped       []DroppedView `json:"dropped"`
 	Route         string        `json:"route,omitempty"` // X-LLMesh-Route if the first target answers
 	Error         *ExplainError `json:"error,omitempty"` // what the request would get instead
+
+	// FallbackOn are the classes of a provider's answer the group falls
+	// back on (groups[].fallback_on).
+	FallbackOn []string `json:"fallback_on,omitempty"`
 }
 
 // TargetView is one target of a plan.
@@ -37,6 +41,9 @@ type TargetView struct {
 	Why        []string `json:"why"`
 	// ReplicaChoice says why this replica of a provider with replicas.
 	ReplicaChoice *ReplicaChoiceView `json:"replica_choice,omitempty"`
+	// ContextFallback marks a target of the group's larger-context
+	// models, tried only after a context_length refusal.
+	ContextFallback bool `json:"context_fallback,omitempty"`
 }
 
 // ReplicaChoiceView is why a target's replica is where it is among its
