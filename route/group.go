@@ -35,6 +35,9 @@ type Group struct {
 	// refusal moves the request to (context_fallback), planned after the
 	// members' providers and tried only after one.
 	ContextFallback []string
+	// Cache opts requests naming the group into the node's response
+	// cache (cache: true).
+	Cache bool
 }
 
 // Tier is one rule of a group: prompts up to MaxPromptTokens go to

@@ -28,6 +28,8 @@ type File struct {
 	Probes    ProbesSection     `yaml:"probes"`
 	Tracing   TracingSection    `yaml:"tracing"`
 	Audit     AuditSection      `yaml:"audit"`
+	// Cache is the exact-match response cache, off by default.
+	Cache CacheSection `yaml:"cache"`
 }
 
 // NodeSection describes this node.
@@ -186,6 +188,9 @@ type TenantSection struct {
 	// other compliant providers (spill-over to a cloud fallback, back
 	// when the queue drains). Optional; 0 or absent: none.
 	MaxTTFT Duration `yaml:"max_ttft"`
+	// Cache opts the tenant's reusable requests into the response cache
+	// (cache.enabled must be true).
+	Cache bool `yaml:"cache"`
 }
 
 // GroupSection is a model name standing for several models: the planner
@@ -209,6 +214,9 @@ type GroupSection struct {
 	// refusal moves the request to. Optional; needs context_length in
 	// FallbackOn.
 	ContextFallback []string `yaml:"context_fallback"`
+	// Cache opts the reusable requests naming the group into the
+	// response cache (cache.enabled must be true).
+	Cache bool `yaml:"cache"`
 }
 
 // TierSection routes prompts of up to MaxPromptTokens (0: any) to its

@@ -27,6 +27,7 @@ func DefaultConfig() *File {
 		Outlier: OutlierSection{ConsecutiveFailures: h.EjectAfter, BaseEjection: Duration(h.BaseEjection), MaxEjection: Duration(h.MaxEjection)},
 		Probes:  ProbesSection{Idle: Duration(30 * time.Second)},
 		Audit:   AuditSection{MaxFileMB: 64},
+		Cache:   CacheSection{TTL: Duration(DefaultCacheTTL), MaxBytes: DefaultCacheBytes},
 	}
 }
 

@@ -214,6 +214,7 @@ func resolveGroups(c *File, _ Env, s *Runtime, p *problems) {
 		}
 		rg := route.Group{Name: g.Name, Members: g.Members, Weights: g.Weights, MaxTTFT: time.Duration(g.MaxTTFT)}
 		resolveFallback(f, g, &rg, p)
+		rg.Cache = g.Cache
 		for j, t := range g.Tiers {
 			if t.MaxPromptTokens < 0 {
 				p.bad(fmt.Sprintf("%s.tiers[%d].max_prompt_tokens", f, j), "must not be negative")

@@ -84,6 +84,8 @@ type Runtime struct {
 	// AuditMaxBytes is the size a file is rotated at.
 	AuditDir      string
 	AuditMaxBytes int64
+	// Cache is the response cache's settings.
+	Cache Cache
 }
 
 // Tracing is the tracing section, resolved.
