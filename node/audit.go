@@ -26,6 +26,8 @@ func (n *Node) auditDecision(e *decisions.Decision) {
 		if p := n.catalog().Provider(e.Provider); p != nil {
 			rec.ProviderRegion, rec.ProviderJurisdictions = p.Region, p.Jurisdictions.String()
 		}
+	} else if r != nil && r.CacheHit {
+		rec.Provider = e.Provider // no provider saw the data: the node's cache answered
 	}
 	if e.Err != nil {
 		_, ae := classify(e.Err)

@@ -27,6 +27,7 @@ type (
 	ProbesSection   = config.ProbesSection
 	AuditSection    = config.AuditSection
 	TracingSection  = config.TracingSection
+	CacheSection    = config.CacheSection
 	Duration        = config.Duration
 )
 

@@ -224,7 +224,7 @@ func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.Resp
 	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
 		unread:  func() { n.refuseUnread(w, rc, r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
-		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate")}
+		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate"), cache: r.Header.Get(cacheHeader)}
 	if !ok {
 		in.authErr = errUnauthorized
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/audit"
+	"github.com/llmesh/llmesh/node/cache"
 	"github.com/llmesh/llmesh/node/config"
 	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/node/engine"
@@ -105,6 +106,7 @@ type Node struct {
 	audit      *audit.Log      // nil when audit.disabled
 	perTenant  sync.Map        // tenant name → *atomic.Int64: its requests in flight here
 	responses  responseStore   // the Responses answers this node relayed from providers
+	cache      *cache.Cache    // the exact-match response cache; nil unless cache.enabled
 	logPrompts bool
 	red        *route.Redactor // the node's secrets, out of its log and answers
 
@@ -153,6 +155,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		done:       make(chan struct{}),
 	}
 	n.tenants.Store(tenant.NewKeys(s.Tenants, nil))
+	n.cache = newResponseCache(s.Cache)
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
 	}

@@ -82,6 +82,8 @@ type inbound struct {
 	// planOnly is an explain: admission holds nothing (no place of the
 	// tenant's) and logs nothing, and the request is never executed.
 	planOnly bool
+	// cache is the client's X-LLMesh-Cache header: on, off or "".
+	cache string
 }
 
 // admit turns in into a route.Request, or refuses it: the node takes

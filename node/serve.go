@@ -62,7 +62,7 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 		return answer{status: n.writeError(sink, err), err: err}
 	}
 	defer n.tenantLeave(req.Tenant)
-	res, err := n.execute(ctx, in, req, rt, sink)
+	res, err := n.executeCached(ctx, in, req, rt, sink)
 	if err != nil {
 		if in.origin == fromClient {
 			n.metrics.Refused(err)
@@ -134,6 +134,8 @@ func (n *Node) decisionOf(in *inbound, req *route.Request, rt *routing, a answer
 	}
 	if a.res != nil && a.res.Target != nil {
 		e.Provider = a.res.Provider
+	} else if a.res != nil && a.res.CacheHit {
+		e.Provider = cacheProvider
 	}
 	if req != nil {
 		e.Stream, e.Residency, e.Strict = req.Chat.Stream, req.Residency, req.StrictTransit

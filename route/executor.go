@@ -153,6 +153,10 @@ type Result struct {
 	// Fallbacks are the moves past answers of a class the request's
 	// group falls back on (fallback_on), in order.
 	Fallbacks []Fallback
+	// CacheHit means the node answered from its response cache: no
+	// provider was called and nothing reserved or spent (Cost is 0,
+	// Target nil); Provider is the provider that made the stored answer.
+	CacheHit bool
 
 	// The plan, the target being tried and the failures before it, from
 	// which the X-LLMesh-Route explanation is built at commit.
@@ -163,6 +167,9 @@ type Result struct {
 
 // Route returns the X-LLMesh-Route explanation of the target tried last.
 func (r *Result) Route() string {
+	if r.plan == nil && r.CacheHit {
+		return "cache hit: no provider called (the answer " + r.Provider + " made for the same request earlier)"
+	}
 	if r.plan == nil {
 		return ""
 	}

@@ -37,15 +37,18 @@ type Decision struct {
 	Strict    bool
 }
 
-// Outcome sums the request up for its log line: ok, truncated (a stream
-// cut after its first byte), client_closed, refused (a budget, rate or
-// residency refusal, or a bad request), or error.
+// Outcome sums the request up for its log line: ok, cache_hit (answered
+// from the node's response cache), truncated (a stream cut after its
+// first byte), client_closed, refused (a budget, rate or residency
+// refusal, or a bad request), or error.
 func (e *Decision) Outcome() string {
 	switch status := e.Status; {
 	case status == StatusClientClosed:
 		return "client_closed"
 	case status >= 200 && status < 300 && e.Result != nil && e.Result.Truncated:
 		return "truncated"
+	case status >= 200 && status < 300 && e.Result != nil && e.Result.CacheHit:
+		return "cache_hit"
 	case status >= 200 && status < 300:
 		return "ok"
 	case status >= 400 && status < 500, status == http.StatusServiceUnavailable:

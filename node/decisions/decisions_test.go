@@ -41,6 +41,7 @@ func TestOutcome(t *testing.T) {
 		{200, nil, "ok"},
 		{200, &route.Result{}, "ok"},
 		{200, &route.Result{Truncated: true}, "truncated"},
+		{200, &route.Result{CacheHit: true}, "cache_hit"},
 		{StatusClientClosed, &route.Result{Truncated: true}, "client_closed"},
 		{400, nil, "refused"},
 		{429, nil, "refused"},

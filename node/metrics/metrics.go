@@ -46,6 +46,7 @@ type Metrics struct {
 	handoffs      *prometheus.CounterVec
 	refusals      *prometheus.CounterVec
 	fallbackMetrics
+	cacheMetrics
 }
 
 // latencyBuckets returns buckets spanning a cached answer (5 ms) to a long generation (5 min).
@@ -61,7 +62,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_requests_total",
-			Help: "API requests answered, by endpoint (chat, embeddings, completions, messages), model, provider that answered (empty if none) and HTTP status.",
+			Help: "API requests answered, by endpoint (chat, embeddings, completions, messages), model, provider that answered (empty if none; cache for an answer from the response cache) and HTTP status.",
 		}, []string{"endpoint", "model", "provider", "code"})).(*prometheus.CounterVec),
 		duration: f(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmesh_request_duration_seconds", Buckets: latencyBuckets(),
@@ -149,6 +150,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		})).(prometheus.Histogram),
 	}
 	m.fallbackMetrics = newFallbackMetrics(f)
+	m.cacheMetrics = newCacheMetrics(f)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
