@@ -106,6 +106,9 @@ func (n *Node) replayHit(sink answerSink, e *cache.Entry) *route.Result {
 		h["X-Llmesh-Via"] = []string{n.s.Name}
 		h["X-Llmesh-Route"] = []string{res.Route()}
 		h[cacheHeader] = []string{"hit"}
+		if n.draining.Load() {
+			h["Connection"] = []string{"close"} // as execute tells every client of a draining node
+		}
 		// A hit's cost is res.Cost, 0: the header every answer's cost
 		// is given in is set here for a hit.
 	})

@@ -24,7 +24,7 @@ const otherKey = "sk-test-other-tenant-0123"
 // tenants t1 (testKey) and t2 (otherKey) and by the group cached,
 // before one OpenAI provider in the eu, which serves an embedding model
 // too; edit, if given, adjusts the configuration.
-func startCached(t *testing.T, edit ...func(*node.Config)) *fixture {
+func startCached(t testing.TB, edit ...func(*node.Config)) *fixture {
 	t.Helper()
 	return startNode(t, []upstream{{name: "p", kind: "openai", in: 1, out: 2, embeddings: []string{"emb"}}}, func(c *node.Config) {
 		c.Cache = node.CacheSection{Enabled: true}
@@ -230,5 +230,34 @@ func TestCacheOtherEndpoints(t *testing.T) {
 	}
 	if n := f.providerCalls(); n != 3 {
 		t.Fatalf("%d provider calls, want 3 (embeddings, a message, a streamed message)", n)
+	}
+}
+
+// BenchmarkCacheHit measures a request end to end through a node, its
+// answer from the provider (a zero-latency emulator; the request is not
+// reusable, at temperature 0.7) and from the cache, whole and streamed.
+func BenchmarkCacheHit(b *testing.B) {
+	f := startCached(b)
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.Cleanup(c.CloseIdleConnections)
+	for _, tc := range []struct {
+		name string
+		body string
+	}{{"unary", zeroTemp}, {"stream", strings.Replace(zeroTemp, `{`, `{"stream":true,`, 1)}} {
+		for _, from := range []struct{ name, body string }{
+			{"provider", strings.Replace(tc.body, `"temperature":0`, `"temperature":0.7`, 1)}, {"cache", tc.body},
+		} {
+			b.Run(tc.name+"/"+from.name, func(b *testing.B) {
+				doBench(b, c, f.url+"/v1/chat/completions", []byte(from.body)) // warm the pools, and the cache
+				calls := f.providerCalls()
+				b.ReportAllocs()
+				for b.Loop() {
+					doBench(b, c, f.url+"/v1/chat/completions", []byte(from.body))
+				}
+				if from.name == "cache" && f.providerCalls() != calls {
+					b.Fatal("a hit called the provider")
+				}
+			})
+		}
 	}
 }
