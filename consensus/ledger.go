@@ -56,6 +56,14 @@ type Tenant struct {
 	// FileKeysRevoked means every key configuration files list for the
 	// tenant is refused, known to the ledger or not (revoke all).
 	FileKeysRevoked bool `json:"file_keys_revoked,omitempty"`
+	// Limits are the tenant's mesh-wide rates, all its keys together;
+	// LimitsLive means an operator set them (a file's seed no longer
+	// does).
+	Limits     *Limits `json:"limits,omitempty"`
+	LimitsLive bool    `json:"limits_live,omitempty"`
+	// Keys are the settings of those of its keys that have some, sorted
+	// by hash (see keysettings.go).
+	Keys []KeySettings `json:"keys,omitempty"`
 }
 
 // Budget is a spending limit per period.
@@ -275,18 +283,29 @@ func (l *Ledger) apply(cmd Command) Result {
 			return Result{}
 		}
 		if exists {
-			// A revocation outlives any replacement of the tenant.
+			// A revocation outlives any replacement of the tenant, and
+			// so do its keys' settings and limits unless it gives some.
 			for _, h := range old.Revoked {
 				if !slices.Contains(t.Revoked, h) {
 					t.Revoked = append(t.Revoked, h)
 				}
 			}
+			t.keepSettings(old)
 		}
 		t.KeySHA256 = slices.DeleteFunc(t.KeySHA256, func(h string) bool { return slices.Contains(t.Revoked, h) })
+		if err := t.checkSettings(); err != nil {
+			return fail(err)
+		}
 		l.s.Tenants[t.Name] = &t
 		l.updateLimits(t.Name, cmd.Time)
 	case CmdAddKey:
 		return l.addKey(cmd)
+	case CmdSetKey:
+		return l.setKey(cmd)
+	case CmdSetTenantLimits:
+		return l.setTenantLimits(cmd)
+	case CmdSeedKeys:
+		return l.seedKeys(cmd)
 	case CmdRevokeKey:
 		return l.revokeKey(cmd)
 	case CmdSetBudget:
@@ -361,28 +380,22 @@ func (l *Ledger) apply(cmd Command) Result {
 
 func validPeriod(p string) bool { return p == PeriodDay || p == PeriodMonth || p == PeriodTotal }
 
-// updateLimits applies a tenant's budget to its current period's books.
-func (l *Ledger) updateLimits(tenant string, now int64) {
-	t := l.s.Tenants[tenant]
-	if t == nil || t.Budget == nil {
-		return
-	}
-	if b := l.books(t, now); b != nil {
-		b.Limit = t.Budget.Limit
+// updateLimits applies an account's budget (a tenant's or a key's) to
+// its current period's books.
+func (l *Ledger) updateLimits(account string, now int64) {
+	if bud := l.budgetOf(account); bud != nil {
+		l.books(account, bud, now).Limit = bud.Limit
 	}
 }
 
-// books returns the tenant's books for the period containing now,
-// opening them if needed; nil when the tenant has no budget.
-func (l *Ledger) books(t *Tenant, now int64) *Books {
-	if t.Budget == nil {
-		return nil
-	}
-	p, end := periodOf(now, t.Budget.Period)
-	k := t.Name + "/" + p
+// books returns the account's books for the period of its budget bud
+// containing now, opening them if needed.
+func (l *Ledger) books(account string, bud *Budget, now int64) *Books {
+	p, end := periodOf(now, bud.Period)
+	k := account + "/" + p
 	b := l.s.Books[k]
 	if b == nil {
-		b = &Books{Tenant: t.Name, Period: p, End: end, Limit: t.Budget.Limit, Leases: map[string]*Lease{}}
+		b = &Books{Tenant: account, Period: p, End: end, Limit: bud.Limit, Leases: map[string]*Lease{}}
 		l.s.Books[k] = b
 	}
 	return b
@@ -466,6 +479,7 @@ func (l *Ledger) Tenant(name string) (Tenant, bool) {
 		b := *t.Budget
 		c.Budget = &b
 	}
+	c.cloneSettings()
 	return c, true
 }
 

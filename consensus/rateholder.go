@@ -34,6 +34,10 @@ type RateHolder struct {
 
 	mu     sync.Mutex
 	shares map[string]*rateShare
+	// kick asks Run to renew now (Kick), not at the leader's refresh;
+	// kicked is when it last did.
+	kick   chan struct{}
+	kicked time.Time
 }
 
 type rateShare struct {
@@ -69,7 +73,7 @@ type tokenRec struct {
 // limit. renew asks the leader for shares; nodes counts the mesh.
 func NewRateHolder(node string, caps []RateCapacity, renew func(context.Context, []Demand) ([]Grant, time.Duration, time.Duration, error), nodes func() int, noVoters func() bool) *RateHolder {
 	h := &RateHolder{node: node, caps: map[string][2]float64{}, renew: renew, nodes: nodes, noVoters: noVoters,
-		window: time.Minute + RateSlack, now: time.Now, shares: map[string]*rateShare{}}
+		window: time.Minute + RateSlack, now: time.Now, shares: map[string]*rateShare{}, kick: make(chan struct{}, 1)}
 	for _, c := range caps {
 		if c.RPM > 0 || c.TPM > 0 {
 			h.caps[c.Provider] = [2]float64{float64(c.RPM), float64(c.TPM)}
@@ -118,6 +122,10 @@ func (s *rateShare) trim(now time.Time, window time.Duration) {
 func (h *RateHolder) check(provider string, tokens int, now time.Time, take, demand bool) (bool, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.checkLocked(provider, tokens, now, take, demand)
+}
+
+func (h *RateHolder) checkLocked(provider string, tokens int, now time.Time, take, demand bool) (bool, time.Duration) {
 	s := h.shares[provider]
 	if s == nil {
 		return true, 0 // no mesh-wide limit
@@ -205,6 +213,7 @@ func (h *RateHolder) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-h.kick:
 		}
 		h.mu.Lock()
 		limited := len(h.caps) > 0
@@ -293,12 +302,13 @@ func (h *RateHolder) Ready() bool {
 // limited are dropped.
 func (h *RateHolder) SetCapacities(limits []RateCapacity) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	caps := map[string][2]float64{}
 	shares := map[string]*rateShare{}
+	added := false
 	for _, c := range limits {
 		if c.RPM > 0 || c.TPM > 0 {
 			caps[c.Provider] = [2]float64{float64(c.RPM), float64(c.TPM)}
+			added = added || caps[c.Provider] != h.caps[c.Provider]
 			if s := h.shares[c.Provider]; s != nil {
 				shares[c.Provider] = s
 			} else {
@@ -307,6 +317,10 @@ func (h *RateHolder) SetCapacities(limits []RateCapacity) {
 		}
 	}
 	h.caps, h.shares = caps, shares
+	h.mu.Unlock()
+	if added {
+		h.Kick() // a new or changed limit: renew now rather than at the refresh
+	}
 }
 
 // SpareShare is what is left of this node's share of one provider in the

@@ -159,7 +159,7 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 	}
 	out := make([]RateGrant, 0, len(c.Demands))
 	for _, d := range c.Demands {
-		capy := l.s.Rates[d.Provider]
+		capy := l.capacity(d.Provider)
 		if capy == nil || (capy.RPM == 0 && capy.TPM == 0) {
 			out = append(out, RateGrant{Provider: d.Provider, RPM: -1, TPM: -1, Unlimited: true})
 			continue

@@ -11,11 +11,11 @@ import (
 // current reports whether b are its tenant's books for the period that
 // contains now.
 func (l *Ledger) current(b *Books, now int64) bool {
-	t := l.s.Tenants[b.Tenant]
-	if t == nil || t.Budget == nil {
+	bud := l.budgetOf(b.Tenant)
+	if bud == nil {
 		return false
 	}
-	p, _ := periodOf(now, t.Budget.Period)
+	p, _ := periodOf(now, bud.Period)
 	return p == b.Period
 }
 
@@ -184,11 +184,11 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 	}
 	var exhausted []string
 	for _, w := range c.Want {
-		t := l.s.Tenants[w.Tenant]
-		if t == nil || t.Budget == nil || w.Amount < 0 {
+		bud := l.budgetOf(w.Tenant)
+		if bud == nil || w.Amount < 0 {
 			continue
 		}
-		b := l.books(t, now)
+		b := l.books(w.Tenant, bud, now)
 		le := b.Leases[c.Node]
 		if le == nil {
 			le = &Lease{Node: c.Node, Epoch: c.Epoch}

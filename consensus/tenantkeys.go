@@ -109,6 +109,7 @@ func (l *Ledger) revokeKey(cmd Command) Result {
 	}
 	for _, h := range hashes {
 		t.KeySHA256 = slices.DeleteFunc(t.KeySHA256, func(x string) bool { return x == h })
+		t.dropKey(h)
 		if !slices.Contains(t.Revoked, h) {
 			t.Revoked = append(t.Revoked, h)
 		}

@@ -1,0 +1,77 @@
+package consensus
+
+// A rate holder of keys' and tenants' mesh-wide limits: the same shares
+// as providers' (KeyRate and TenantRate name them to the ledger), taken
+// for a request once, at the node it entered, for every limit it is
+// under at once or for none.
+
+import "time"
+
+// kickSpacing bounds how often Kick brings a renewal forward.
+const kickSpacing = 250 * time.Millisecond
+
+// Kick asks Run to renew the shares now rather than at the leader's
+// refresh (a request is waiting for share, or a limit was set), at most
+// every kickSpacing. It never blocks.
+func (h *RateHolder) Kick() {
+	h.mu.Lock()
+	now := h.now()
+	if now.Sub(h.kicked) < kickSpacing {
+		h.mu.Unlock()
+		return
+	}
+	h.kicked = now
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// TakeAll takes one request and tokens from the share of each of names
+// (those without a limit take nothing), all of them or none. When one
+// is spent it returns false, how long until that one could allow it, and
+// its name. demand counts the request as this node's demand of each
+// share (once per request: a request waiting for share asks again
+// without it).
+func (h *RateHolder) TakeAll(names []string, tokens int, now time.Time, demand bool) (bool, time.Duration, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range names {
+		if ok, wait := h.checkLocked(name, tokens, now, false, false); !ok {
+			if demand {
+				for _, n := range names {
+					h.wantLocked(n, now)
+				}
+			}
+			return false, wait, name
+		}
+	}
+	for _, name := range names {
+		h.checkLocked(name, tokens, now, true, demand)
+	}
+	return true, 0, ""
+}
+
+// wantLocked counts one request as demand of name's share.
+func (h *RateHolder) wantLocked(name string, now time.Time) {
+	if s := h.shares[name]; s != nil && len(s.wanted) < maxWanted {
+		s.wanted = append(s.wanted, now)
+	}
+}
+
+// Capacity returns name's configured capacity: requests and tokens a
+// minute, 0 for none.
+func (h *RateHolder) Capacity(name string) (rpm, tpm int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.caps[name]
+	return int64(c[0]), int64(c[1])
+}
+
+// Limited reports whether any share is limited.
+func (h *RateHolder) Limited() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.caps) > 0
+}
