@@ -18,6 +18,7 @@ type (
 	RateSection     = config.RateSection
 	ModelSection    = config.ModelSection
 	TenantSection   = config.TenantSection
+	KeySection      = config.KeySection
 	GroupSection    = config.GroupSection
 	TierSection     = config.TierSection
 	BudgetSection   = config.BudgetSection

@@ -191,6 +191,27 @@ type TenantSection struct {
 	// Cache opts the tenant's reusable requests into the response cache
 	// (cache.enabled must be true).
 	Cache bool `yaml:"cache"`
+	// Limits are the tenant's requests and tokens a minute across the
+	// mesh, all its keys together. Optional.
+	Limits *RateSection `yaml:"limits"`
+	// Keys are settings of some of the tenant's keys (a key listed here
+	// need not be in key_sha256 too). Optional.
+	Keys []KeySection `yaml:"keys"`
+}
+
+// KeySection is one API key's own settings.
+type KeySection struct {
+	// Name is unique within the tenant: what operators, metrics and
+	// refusals call the key. Optional.
+	Name      string `yaml:"name"`
+	KeySHA256 string `yaml:"key_sha256"` // hex SHA-256 of the key
+	// Models are the models (or groups) the key may ask for, by the name
+	// the client sends; absent: every model.
+	Models []string `yaml:"models"`
+	// Limits are the key's requests and tokens a minute across the mesh.
+	Limits *RateSection `yaml:"limits"`
+	// Budget is the key's own spending limit; its tenant's still applies.
+	Budget *BudgetSection `yaml:"budget"`
 }
 
 // GroupSection is a model name standing for several models: the planner

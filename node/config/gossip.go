@@ -96,6 +96,11 @@ func resolveLedger(c *File, _ Env, s *Runtime, p *problems) {
 		if t.Budget != nil && !s.Ledger {
 			p.bad(fmt.Sprintf("tenants[%d].budget", i), "needs the Raft ledger: make this node a voter (node.voter) or let it find voters (node.gossip)")
 		}
+		for j, k := range t.Keys {
+			if k.Budget != nil && !s.Ledger {
+				p.bad(fmt.Sprintf("tenants[%d].keys[%d].budget", i, j), "needs the Raft ledger: make this node a voter (node.voter) or let it find voters (node.gossip)")
+			}
+		}
 	}
 	if s.Gossip != nil && len(s.Gossip.SecretKey) > 0 {
 		mac := hmac.New(sha256.New, s.Gossip.SecretKey)

@@ -53,7 +53,7 @@ func TestPresetsResolve(t *testing.T) {
 	}
 	_, err := Resolve(DevConfig(), sectionEnv())
 	for _, want := range []string{"node.data_dir: is required", "providers[0].base_url: is required (or give replicas)",
-		"tenants[0].key_sha256: at least one key hash is required"} {
+		"tenants[0].key_sha256: at least one key is required (in key_sha256 or keys)"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("DevConfig alone: got %v, want %q", err, want)
 		}

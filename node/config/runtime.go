@@ -118,6 +118,11 @@ type Tenant struct {
 	Priority int
 	// MaxTTFT is its time-to-first-token objective; zero: none.
 	MaxTTFT time.Duration
+	// Limits are its mesh-wide rates; nil for none.
+	Limits *consensus.Limits
+	// KeySettings are its keys' own settings from the file, sorted by
+	// hash: what seeds the ledger, and holds until the ledger is read.
+	KeySettings []consensus.KeySettings
 }
 
 // Env is what Resolve reads besides the file: the environment variables

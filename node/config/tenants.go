@@ -31,6 +31,7 @@ func resolveTenants(c *File, _ Env, s *Runtime, p *problems) {
 		names[t.Name] = true
 		tt := Tenant{Name: t.Name, StrictTransit: t.StrictTransit, Budget: t.Budget}
 		tt.Keys = tenantKeys(f, &t, keyOwner, p)
+		resolveKeySettings(f, &t, &tt, keyOwner, p)
 		if t.Residency != "" {
 			if !slices.Contains(known, region.Jurisdiction(t.Residency)) {
 				p.bad(f+".residency", "%q is not the jurisdiction of any region", t.Residency)
@@ -60,8 +61,8 @@ func resolveTenants(c *File, _ Env, s *Runtime, p *problems) {
 // tenantKeys decodes a tenant's key hashes, recording in keyOwner which
 // tenant each belongs to.
 func tenantKeys(f string, t *TenantSection, keyOwner map[[sha256.Size]byte]string, p *problems) [][sha256.Size]byte {
-	if len(t.KeySHA256) == 0 {
-		p.bad(f+".key_sha256", "at least one key hash is required")
+	if len(t.KeySHA256) == 0 && len(t.Keys) == 0 {
+		p.bad(f+".key_sha256", "at least one key is required (in key_sha256 or keys)")
 	}
 	var keys [][sha256.Size]byte
 	for j, h := range t.KeySHA256 {

@@ -30,7 +30,7 @@ func TestResolveTenants(t *testing.T) {
 		{name: "names and keys", edit: with(TenantSection{KeySHA256: []string{hash}}, TenantSection{Name: "a b"},
 			TenantSection{Name: "c", KeySHA256: []string{"secret-key", hash}}, TenantSection{Name: "c", KeySHA256: []string{strings.Repeat("1", 64)}}),
 			err: strings.Join([]string{"tenants[0].name: is required",
-				`tenants[1].name: "a b" must be 1-64 letters, digits, '.', '_' or '-'`, "tenants[1].key_sha256: at least one key hash is required",
+				`tenants[1].name: "a b" must be 1-64 letters, digits, '.', '_' or '-'`, "tenants[1].key_sha256: at least one key is required (in key_sha256 or keys)",
 				"tenants[2].key_sha256[0]: must be 64 hex digits (the SHA-256 of the key, e.g. from `printf %s KEY | sha256sum`)",
 				`tenants[2].key_sha256[1]: the same key is already given to tenant ""`, `tenants[3].name: "c" is used by another tenant`}, "\n")},
 		{name: "policy", edit: with(TenantSection{Name: "a", KeySHA256: []string{hash}, Residency: "mars", Priority: "urgent", MaxTTFT: -1},
