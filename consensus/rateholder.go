@@ -38,6 +38,9 @@ type RateHolder struct {
 	// kicked is when it last did.
 	kick   chan struct{}
 	kicked time.Time
+	// report: renewals say what was sent (ReportUsage); seq numbers them.
+	report bool
+	seq    uint64
 }
 
 type rateShare struct {
@@ -49,6 +52,10 @@ type rateShare struct {
 	tokens    []tokenRec  // tokens taken, oldest first
 	tokenSum  float64
 	wanted    []time.Time // attempts, and requests refused for want of a share
+	// frozen holds, while a renewal that reported what was sent is under
+	// way or failed, the share to what was sent then (ReportUsage).
+	frozen             bool
+	frozenRPM, frozenT float64
 }
 
 // RateSlack is what a node adds to a provider's one-minute window when
@@ -89,6 +96,9 @@ func (h *RateHolder) limits(p string, s *rateShare, now time.Time) (rpm, tpm flo
 		return math.Inf(1), math.Inf(1)
 	}
 	if now.Before(s.expires) {
+		if s.frozen {
+			return math.Min(s.rpm, s.frozenRPM), math.Min(s.tpm, s.frozenT)
+		}
 		return s.rpm, s.tpm
 	}
 	if !h.noVoters() {
@@ -227,7 +237,7 @@ func (h *RateHolder) Run(ctx context.Context) {
 			wait = time.Second
 			continue
 		}
-		wait = refresh
+		wait = h.nextRenewal(refresh)
 	}
 }
 
@@ -252,7 +262,19 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 		if now.Before(s.expires) {
 			d.HeldRPM, d.HeldTPM = s.rpm, s.tpm
 		}
+		if h.report {
+			// From now until the grant arrives, no more than was sent:
+			// the ledger counts this node's earlier grants no longer.
+			d.Reports, d.SentRPM, d.SentTPM = true, float64(len(s.sent)), s.tokenSum
+			s.frozen, s.frozenRPM, s.frozenT = true, d.SentRPM, d.SentTPM
+		}
 		demands = append(demands, d)
+	}
+	if h.report {
+		h.seq++
+		for i := range demands {
+			demands[i].Seq = h.seq
+		}
 	}
 	h.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -271,7 +293,7 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 		}
 		s.rpm, s.tpm, s.unlimited = g.RPM, g.TPM, g.Unlimited
 		s.expires = now.Add(lease)
-		s.saw429 = false
+		s.saw429, s.frozen = false, false
 	}
 	return refresh, nil
 }

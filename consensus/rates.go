@@ -20,6 +20,14 @@ type Demand struct {
 	// Nodes is how many nodes the asking node sees in the mesh: until
 	// they have all asked, the leader divides as if they had.
 	Nodes int
+	// Reports means SentRPM and SentTPM are what the node sent in the
+	// last window when it asked, and that it admits no more than that
+	// until this renewal's grant arrives (ReportUsage): its earlier
+	// grants bound nothing after.
+	Reports          bool
+	SentRPM, SentTPM float64
+	// Seq orders the renewals of one boot; 0 when unknown.
+	Seq uint64
 }
 
 // Grant is a node's share of one provider's capacity, per minute.
@@ -104,6 +112,19 @@ type rateHolding struct {
 	WantTPM float64     `json:"want_tpm"`
 	Seen    int64       `json:"seen"`   // the last renewal, Unix ns; 0 for an earlier boot
 	Grants  []rateGrant `json:"grants"` // recent, oldest first
+	// Report is what the holder said, at its last renewal, it had sent
+	// in the window (Demand.Reports): with it, only the last grant
+	// bounds what it sends after. Nil from a holder that does not report.
+	Report *rateReport `json:"report,omitempty"`
+	// Seq is its last renewal's (Demand.Seq).
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// rateReport is what a holder sent in the window before At (Unix ns).
+type rateReport struct {
+	At  int64   `json:"at"`
+	RPM float64 `json:"rpm"`
+	TPM float64 `json:"tpm"`
 }
 
 type rateGrant struct {
@@ -124,7 +145,8 @@ const (
 func ratesCommand(node string, boot int64, demands []Demand, lease, window time.Duration) (Command, error) {
 	ds := make([]Demand, len(demands))
 	for i, d := range demands {
-		ds[i] = Demand{Provider: d.Provider, WantRPM: finiteWant(d.WantRPM), WantTPM: finiteWant(d.WantTPM), Saw429: d.Saw429, Nodes: d.Nodes}
+		ds[i] = Demand{Provider: d.Provider, WantRPM: finiteWant(d.WantRPM), WantTPM: finiteWant(d.WantTPM), Saw429: d.Saw429, Nodes: d.Nodes,
+			Reports: d.Reports, SentRPM: finiteWant(d.SentRPM), SentTPM: finiteWant(d.SentTPM), Seq: d.Seq}
 	}
 	return newCommand("", CmdRates, RatesCmd{Node: node, Boot: boot, Demands: ds, Lease: int64(lease), Window: int64(window)})
 }
@@ -182,6 +204,7 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 			if g := rb.Holders[ghost]; g != nil { // that boot again: both count
 				h.Grants = append(g.Grants, h.Grants...)
 				slices.SortStableFunc(h.Grants, func(a, b rateGrant) int { return cmp.Compare(a.Expires, b.Expires) })
+				h.Report = nil // every grant counts
 			}
 			rb.Holders[ghost] = h
 			h = nil
@@ -189,6 +212,17 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 		if h == nil {
 			h = &rateHolding{Boot: c.Boot}
 			rb.Holders[c.Node] = h
+		}
+		if d.Seq != 0 && d.Seq <= h.Seq {
+			// An older renewal applied late: the node holds a later
+			// grant, and this one never reaches it.
+			out = append(out, RateGrant{Provider: d.Provider})
+			continue
+		}
+		h.Seq = d.Seq
+		h.Report = nil
+		if d.Reports {
+			h.Report = &rateReport{At: now, RPM: math.Max(d.SentRPM, 0), TPM: math.Max(d.SentTPM, 0)}
 		}
 		if c.Boot != 0 {
 			h.Boot = c.Boot
@@ -260,11 +294,22 @@ func (rb *rateBook) share(node string, now, lease, window int64, nodes int, c fl
 	return math.Max(0, math.Floor(min(target, c-others)))
 }
 
-// committed is the most a holder may have admitted over the last window:
-// the largest share it held in it, or since.
+// committed is the most a holder may admit in a window that reaches
+// past now: the largest share it held in the last window, or since. A
+// holder that reports what it sent (Demand.Reports) held nothing more
+// than that from its last renewal until that renewal's grant, the last,
+// reached it; so its earlier grants no longer count, and what it sent
+// counts for a window after it said so.
 func committed(h *rateHolding, now, window int64, of func(rateGrant) float64) float64 {
 	var m float64
-	for _, g := range h.Grants {
+	grants := h.Grants
+	if r := h.Report; r != nil && len(grants) > 0 {
+		grants = grants[len(grants)-1:]
+		if r.At+window > now {
+			m = of(rateGrant{RPM: r.RPM, TPM: r.TPM})
+		}
+	}
+	for _, g := range grants {
 		if g.Expires+window > now {
 			m = max(m, of(g))
 		}

@@ -185,7 +185,8 @@ func (c *Client) rates(ctx context.Context, node string, boot int64, demands []D
 	req := &pb.RatesRequest{Node: node, Boot: boot, Hops: hops + 1}
 	for _, d := range demands {
 		req.Demands = append(req.Demands, &pb.RateDemand{Provider: d.Provider, WantRpm: d.WantRPM, WantTpm: d.WantTPM,
-			HeldRpm: d.HeldRPM, HeldTpm: d.HeldTPM, Saw_429: d.Saw429, Nodes: int32(min(d.Nodes, 1<<20))})
+			HeldRpm: d.HeldRPM, HeldTpm: d.HeldTPM, Saw_429: d.Saw429, Nodes: int32(min(d.Nodes, 1<<20)),
+			Reports: d.Reports, SentRpm: d.SentRPM, SentTpm: d.SentTPM, Seq: d.Seq})
 	}
 	reply, err := lc.Rates(ctx, req)
 	if err != nil {
@@ -287,7 +288,8 @@ func (s *Service) Rates(ctx context.Context, req *pb.RatesRequest) (*pb.RatesRep
 	var ds []Demand
 	for _, d := range req.GetDemands() {
 		ds = append(ds, Demand{Provider: d.GetProvider(), WantRPM: d.GetWantRpm(), WantTPM: d.GetWantTpm(),
-			HeldRPM: d.GetHeldRpm(), HeldTPM: d.GetHeldTpm(), Saw429: d.GetSaw_429(), Nodes: int(d.GetNodes())})
+			HeldRPM: d.GetHeldRpm(), HeldTPM: d.GetHeldTpm(), Saw429: d.GetSaw_429(), Nodes: int(d.GetNodes()),
+			Reports: d.GetReports(), SentRPM: d.GetSentRpm(), SentTPM: d.GetSentTpm(), Seq: d.GetSeq()})
 	}
 	grants, lease, refresh, err := s.client.rates(ctx, req.GetNode(), req.GetBoot(), ds, req.GetHops())
 	if err != nil {

@@ -75,3 +75,39 @@ func (h *RateHolder) Limited() bool {
 	defer h.mu.Unlock()
 	return len(h.caps) > 0
 }
+
+// ReportUsage makes each renewal say what the node sent in the window
+// (Demand.Reports), and hold the share to that from the renewal's start
+// until its grant arrives (after a failed renewal, until one succeeds).
+// The ledger then counts only this node's last grant and what it sent
+// against the others, rather than every grant of a lease and a window:
+// share a node holds and does not use reaches the others at its next
+// renewal. Call it before Run.
+func (h *RateHolder) ReportUsage() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.report = true
+}
+
+// busyRefresh is how often a holder that reports what it sent renews
+// while its shares are in demand: a share one node does not use reaches
+// another within about this, well inside limits.admission_wait.
+const busyRefresh = time.Second
+
+// nextRenewal is when Run renews next, refresh (the leader's) after
+// this one, or sooner for a reporting holder whose shares were asked for
+// in the last recentDemand.
+func (h *RateHolder) nextRenewal(refresh time.Duration) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.report {
+		return refresh
+	}
+	since := h.now().Add(-recentDemand)
+	for _, s := range h.shares {
+		if n := len(s.wanted); n > 0 && s.wanted[n-1].After(since) {
+			return min(refresh, busyRefresh)
+		}
+	}
+	return refresh
+}

@@ -92,6 +92,7 @@ type LedgerTuning func(*consensus.ServerConfig)
 // configured rate and no budget.
 func (n *Node) buildLedger(catalog *route.Catalog, opts Options) (route.QuotaGate, route.BudgetGate, error) {
 	if !n.s.Ledger {
+		n.localKeyRates = consensus.NewRateHolder(n.s.Name, ledger.FileLimits(n.s.Tenants), nil, func() int { return 1 }, func() bool { return true })
 		return route.NewLimiter(catalog.Providers()), nil, nil
 	}
 	s := n.s

@@ -43,15 +43,16 @@ func newResponseCache(s config.Cache) *cache.Cache {
 	return cache.New(cache.Config{TTL: s.TTL, MaxBytes: s.MaxBytes})
 }
 
-// executeCached is execute with the response cache in front of it, for
-// the requests that may use it (cacheKey).
+// executeCached is executeGoverned with the response cache in front of
+// it, for the requests that may use it (cacheKey): a hit reaches no
+// provider, so it takes none of its key's or tenant's rate shares.
 func (n *Node) executeCached(ctx context.Context, in *inbound, req *route.Request, rt *routing, sink answerSink) (*route.Result, error) {
 	key, use, err := n.cacheKey(in, req, rt)
 	if err != nil || !use {
 		if err != nil {
 			return nil, err
 		}
-		return n.execute(ctx, in, req, rt, sink)
+		return n.executeGoverned(ctx, in, req, rt, sink)
 	}
 	if e, ok := n.cache.Get(key, n.now()); ok {
 		n.metrics.CacheLookup("hit", n.cache.Bytes())
@@ -60,7 +61,7 @@ func (n *Node) executeCached(ctx context.Context, in *inbound, req *route.Reques
 	n.metrics.CacheLookup("miss", n.cache.Bytes())
 	sink.Header()[cacheHeader] = []string{"miss"}
 	rec := &recordingSink{Recorder: cache.NewRecorder(sink, n.cache.MaxEntry()), inner: sink}
-	res, err := n.execute(ctx, in, req, rt, rec)
+	res, err := n.executeGoverned(ctx, in, req, rt, rec)
 	if err == nil && res != nil && res.Target != nil && !res.Truncated && !res.ClientGone {
 		if e, ok := rec.Entry(res.Provider, n.now()); ok && n.cache.Put(key, e, n.now()) {
 			n.metrics.CacheBytes(n.cache.Bytes())

@@ -54,6 +54,10 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, errUnauthorized), errors.Is(err, errAdminToken):
 		e.Type, e.Code = "invalid_request_error", "invalid_api_key"
 		return http.StatusUnauthorized, e
+	case errors.Is(err, errModelNotAllowed):
+		param := "model"
+		e.Type, e.Code, e.Param = "invalid_request_error", "model_not_allowed", &param
+		return http.StatusForbidden, e
 	case errors.Is(err, errAdminRemote), errors.Is(err, errCrossSite):
 		e.Type, e.Code = "permission_error", "admin_token_required"
 		return http.StatusForbidden, e

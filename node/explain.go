@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -35,6 +36,10 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 	req, err := n.admit(&inbound{origin: fromClient, planOnly: true, tenant: t, start: n.now(), api: api,
 		read:    func() ([]byte, error) { return n.readBody(w, http.NewResponseController(w), r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency")})
+	if errors.Is(err, errModelNotAllowed) && req != nil {
+		writeJSON(w, http.StatusOK, n.explanation(req, nil, err)) // the key's refusal is the plan
+		return
+	}
 	if err != nil {
 		n.writeError(w, err)
 		return

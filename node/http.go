@@ -51,6 +51,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/tenants", n.only(http.MethodGet, n.admin(n.tenantsList)))
 	mux.HandleFunc("/v1/mesh/tenants/{tenant}/keys", n.only(http.MethodPost, n.admin(n.addTenantKey)))
 	mux.HandleFunc("/v1/mesh/tenants/{tenant}/revoke", n.only(http.MethodPost, n.admin(n.revokeTenantKeys)))
+	n.keyRoutes(mux)
 	mux.HandleFunc("/v1/mesh/decisions", n.only(http.MethodGet, n.admin(n.decisionsHandler)))
 	mux.HandleFunc("/v1/mesh/series", n.only(http.MethodGet, n.admin(n.seriesHandler)))
 	mux.HandleFunc("/v1/mesh/observe", n.only(http.MethodGet, n.admin(n.observeHandler)))
@@ -145,8 +146,8 @@ type modelInfo struct {
 	OwnedBy string `json:"owned_by"`
 }
 
-// modelsFor lists the models and groups tenant t may use: those with at
-// least one provider its residency allows.
+// modelsFor lists the models and groups tenant t may use: those its key
+// may ask for with at least one provider its residency allows.
 func (n *Node) modelsFor(t *tenant.Tenant) []modelInfo {
 	residency, _ := n.policyOf(t)
 	rt := n.rt.Load()
@@ -161,6 +162,9 @@ func (n *Node) modelsFor(t *tenant.Tenant) []modelInfo {
 	}
 	out := []modelInfo{}
 	for _, name := range rt.catalog.Names() {
+		if !t.Allows(name) {
+			continue
+		}
 		owners := allowed(name)
 		if g := rt.catalog.Group(name); g != nil {
 			for _, m := range g.Members {

@@ -99,6 +99,9 @@ func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		chat, err = route.ParseChatRequest(req.Chat)
 	}
+	if err == nil {
+		err = n.allowModel(t, chat.Model, true)
+	}
 	if err == nil && !n.servesFor(t, chat.Model) {
 		err = fmt.Errorf("%w: %q is not served here for this tenant; GET /v1/models lists the models", route.ErrModelNotFound, chat.Model)
 	}

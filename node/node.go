@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/cache"
@@ -63,6 +64,7 @@ type Node struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
+	gov     *metrics.Governance // keys' and tenants' refusals
 	now     func() time.Time
 	version string
 	started time.Time
@@ -93,6 +95,9 @@ type Node struct {
 	rpcListening atomic.Pointer[string]
 	forward      *forward.Forwarder
 	ledger       *ledger.Ledger // nil when the node has no part in the ledger
+	// localKeyRates are keys' and tenants' limits on a node without the
+	// ledger, whole; nil with the ledger, whose shares serve.
+	localKeyRates *consensus.RateHolder
 	inFlight     atomic.Int64
 	// admitted counts the requests that waited for admission, and how
 	// long in all.
@@ -143,6 +148,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		red:        red,
 		reg:        opts.Registry,
 		metrics:    metrics.New(opts.Registry),
+		gov:        metrics.NewGovernance(opts.Registry),
 		traffic:    series.New(),
 		now:        opts.Clock,
 		version:    opts.Version,
@@ -156,6 +162,7 @@ func New(cfg *Config, opts Options) (*Node, error) {
 	}
 	n.tenants.Store(tenant.NewKeys(s.Tenants, nil))
 	n.cache = newResponseCache(s.Cache)
+	n.warnUnknownModels(catalog)
 	if n.logPrompts {
 		n.log.Warn("prompts are logged (-log-prompts): the log now holds users' data; for debugging only")
 	}

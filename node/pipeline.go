@@ -167,6 +167,13 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 		if req.Key == "" {
 			req.Key = in.key
 		}
+		// A peer's forward is not checked again: its sender did, and it
+		// may carry a group's member in place of the group asked for.
+		if in.origin != fromPeer {
+			if err := n.allowModel(t, chat.Model, !in.planOnly); err != nil {
+				return req, err
+			}
+		}
 		req.Residency, req.StrictTransit = n.policyOf(t)
 		if err := n.pinToPrior(t.Name, chat); err != nil {
 			return req, err

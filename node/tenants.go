@@ -38,6 +38,7 @@ func (n *Node) tenantsList(w http.ResponseWriter, r *http.Request) {
 			usd := t.Budget.Limit.USD()
 			ti.BudgetUSD, ti.BudgetPeriod = &usd, t.Budget.Period
 		}
+		ti.Limits, ti.KeySettings = keySettingsView(&t)
 		out = append(out, ti)
 	}
 	writeJSON(w, http.StatusOK, views.Tenants{Tenants: out})

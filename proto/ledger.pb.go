@@ -202,14 +202,23 @@ func (x *RatesRequest) GetBoot() int64 {
 
 // RateDemand is what a node wants of one provider, and what it holds.
 type RateDemand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
-	WantRpm       float64                `protobuf:"fixed64,2,opt,name=want_rpm,json=wantRpm,proto3" json:"want_rpm,omitempty"`
-	WantTpm       float64                `protobuf:"fixed64,3,opt,name=want_tpm,json=wantTpm,proto3" json:"want_tpm,omitempty"`
-	HeldRpm       float64                `protobuf:"fixed64,4,opt,name=held_rpm,json=heldRpm,proto3" json:"held_rpm,omitempty"`
-	HeldTpm       float64                `protobuf:"fixed64,5,opt,name=held_tpm,json=heldTpm,proto3" json:"held_tpm,omitempty"`
-	Saw_429       bool                   `protobuf:"varint,6,opt,name=saw_429,json=saw429,proto3" json:"saw_429,omitempty"` // the provider answered 429 since the last renewal
-	Nodes         int32                  `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`                 // nodes the asking node sees in the mesh
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	WantRpm  float64                `protobuf:"fixed64,2,opt,name=want_rpm,json=wantRpm,proto3" json:"want_rpm,omitempty"`
+	WantTpm  float64                `protobuf:"fixed64,3,opt,name=want_tpm,json=wantTpm,proto3" json:"want_tpm,omitempty"`
+	HeldRpm  float64                `protobuf:"fixed64,4,opt,name=held_rpm,json=heldRpm,proto3" json:"held_rpm,omitempty"`
+	HeldTpm  float64                `protobuf:"fixed64,5,opt,name=held_tpm,json=heldTpm,proto3" json:"held_tpm,omitempty"`
+	Saw_429  bool                   `protobuf:"varint,6,opt,name=saw_429,json=saw429,proto3" json:"saw_429,omitempty"` // the provider answered 429 since the last renewal
+	Nodes    int32                  `protobuf:"varint,7,opt,name=nodes,proto3" json:"nodes,omitempty"`                 // nodes the asking node sees in the mesh
+	// reports means sent_rpm and sent_tpm are what the node sent in the
+	// last window when it asked, and that it admits no more than that until
+	// this renewal's grant arrives: its earlier grants bound nothing after.
+	Reports bool    `protobuf:"varint,8,opt,name=reports,proto3" json:"reports,omitempty"`
+	SentRpm float64 `protobuf:"fixed64,9,opt,name=sent_rpm,json=sentRpm,proto3" json:"sent_rpm,omitempty"`
+	SentTpm float64 `protobuf:"fixed64,10,opt,name=sent_tpm,json=sentTpm,proto3" json:"sent_tpm,omitempty"`
+	// seq orders the renewals of one boot: an older one applied late
+	// changes nothing. 0 from older nodes.
+	Seq           uint64 `protobuf:"varint,11,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +298,34 @@ func (x *RateDemand) GetSaw_429() bool {
 func (x *RateDemand) GetNodes() int32 {
 	if x != nil {
 		return x.Nodes
+	}
+	return 0
+}
+
+func (x *RateDemand) GetReports() bool {
+	if x != nil {
+		return x.Reports
+	}
+	return false
+}
+
+func (x *RateDemand) GetSentRpm() float64 {
+	if x != nil {
+		return x.SentRpm
+	}
+	return 0
+}
+
+func (x *RateDemand) GetSentTpm() float64 {
+	if x != nil {
+		return x.SentTpm
+	}
+	return 0
+}
+
+func (x *RateDemand) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
 	}
 	return 0
 }
@@ -557,7 +594,7 @@ const file_ledger_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12/\n" +
 	"\ademands\x18\x02 \x03(\v2\x15.llmesh.v1.RateDemandR\ademands\x12\x12\n" +
 	"\x04hops\x18\x03 \x01(\rR\x04hops\x12\x12\n" +
-	"\x04boot\x18\x04 \x01(\x03R\x04boot\"\xc3\x01\n" +
+	"\x04boot\x18\x04 \x01(\x03R\x04boot\"\xa5\x02\n" +
 	"\n" +
 	"RateDemand\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x19\n" +
@@ -566,7 +603,12 @@ const file_ledger_proto_rawDesc = "" +
 	"\bheld_rpm\x18\x04 \x01(\x01R\aheldRpm\x12\x19\n" +
 	"\bheld_tpm\x18\x05 \x01(\x01R\aheldTpm\x12\x17\n" +
 	"\asaw_429\x18\x06 \x01(\bR\x06saw429\x12\x14\n" +
-	"\x05nodes\x18\a \x01(\x05R\x05nodes\"t\n" +
+	"\x05nodes\x18\a \x01(\x05R\x05nodes\x12\x18\n" +
+	"\areports\x18\b \x01(\bR\areports\x12\x19\n" +
+	"\bsent_rpm\x18\t \x01(\x01R\asentRpm\x12\x19\n" +
+	"\bsent_tpm\x18\n" +
+	" \x01(\x01R\asentTpm\x12\x10\n" +
+	"\x03seq\x18\v \x01(\x04R\x03seq\"t\n" +
 	"\n" +
 	"RatesReply\x12,\n" +
 	"\x06grants\x18\x01 \x03(\v2\x14.llmesh.v1.RateGrantR\x06grants\x12\x19\n" +

@@ -106,7 +106,7 @@ func (e *Executor) admit(ctx context.Context, req *Request, t *Target, tk *Ticke
 		return &Refusal{Stage: s, Err: err, Wait: wait, Waited: tk.Waited}
 	}
 	if e.budget != nil {
-		h, err := e.budget.Reserve(ctx, req.Tenant, t.MaxCost, req.Priority, req.AdmitBy, now)
+		h, err := reserve(ctx, e.budget, req, t.MaxCost, now)
 		if waited := e.now().Sub(now); waited > 0 {
 			tk.Waited = waited
 			now = e.now()

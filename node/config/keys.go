@@ -67,7 +67,6 @@ func resolveKeySettings(f string, t *TenantSection, tt *Tenant, keyOwner map[[sh
 		}
 		tt.KeySettings = append(tt.KeySettings, ks)
 	}
-	slices.SortFunc(tt.KeySettings, func(a, b consensus.KeySettings) int { return strings.Compare(a.KeySHA256, b.KeySHA256) })
 }
 
 // limitsOf checks mesh-wide limits (field f); nil when they limit
@@ -86,4 +85,32 @@ func limitsOf(f string, r *RateSection, p *problems) *consensus.Limits {
 		return nil
 	}
 	return &consensus.Limits{RPM: int64(max(r.RPM, 0)), TPM: int64(max(r.TPM, 0))}
+}
+
+// InForce returns a tenant's limits and keys' settings as they hold:
+// the ledger's view lt of the tenant where it holds some (an operator's
+// live change, or a file's seed), else the file's f. Either may be nil:
+// f for a tenant only the ledger knows, lt before the ledger is read or
+// when it does not hold the tenant. The keys come sorted by hash.
+func InForce(f *Tenant, lt *consensus.Tenant) (*consensus.Limits, []consensus.KeySettings) {
+	var limits *consensus.Limits
+	var keys []consensus.KeySettings
+	if f != nil {
+		limits = f.Limits
+	}
+	if lt != nil {
+		if lt.Limits != nil || lt.LimitsLive {
+			limits = lt.Limits
+		}
+		keys = append(keys, lt.Keys...)
+	}
+	if f != nil {
+		for _, k := range f.KeySettings {
+			if lt == nil || lt.Key(k.KeySHA256) == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.SortFunc(keys, func(a, b consensus.KeySettings) int { return strings.Compare(a.KeySHA256, b.KeySHA256) })
+	return limits, keys
 }

@@ -21,7 +21,7 @@ func TestResolveKeySettings(t *testing.T) {
 				{Name: "app-b", KeySHA256: strings.ToUpper(b), Models: []string{"llama-3-8b", "smart"}, Limits: &RateSection{RPM: 120},
 					Budget: &BudgetSection{USD: 50, Period: "month"}},
 				{KeySHA256: a, Limits: &RateSection{}},
-			}}), want: func(s *Runtime) { // (b's hash sorts before a's)
+			}}), want: func(s *Runtime) {
 			s.Tenants = []Tenant{{Name: "acme", Keys: [][sha256.Size]byte{sumA, sumB}, Priority: route.PriorityInteractive,
 				Limits: &consensus.Limits{RPM: 1200, TPM: 2000000},
 				KeySettings: []consensus.KeySettings{

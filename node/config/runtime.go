@@ -120,8 +120,8 @@ type Tenant struct {
 	MaxTTFT time.Duration
 	// Limits are its mesh-wide rates; nil for none.
 	Limits *consensus.Limits
-	// KeySettings are its keys' own settings from the file, sorted by
-	// hash: what seeds the ledger, and holds until the ledger is read.
+	// KeySettings are its keys' own settings from the file, in its
+	// order: what seeds the ledger, and holds until the ledger is read.
 	KeySettings []consensus.KeySettings
 }
 

@@ -18,8 +18,12 @@ import (
 // in unwrapped.
 var _ route.QuotaGate = (*consensus.RateHolder)(nil)
 
-// budgetGate is a node's budget escrow as route's budget gate.
-type budgetGate struct{ h *consensus.BudgetHolder }
+// budgetGate is a node's budget escrow as route's budget gate: tenants'
+// and keys' (see ReserveKey).
+type budgetGate struct {
+	h *consensus.BudgetHolder
+	l *Ledger
+}
 
 var _ route.BudgetGate = budgetGate{}
 

@@ -34,6 +34,13 @@ type Ledger struct {
 	client  *consensus.Client
 	budgets *consensus.BudgetHolder
 	rates   *consensus.RateHolder
+	// subjects are this node's shares of keys' and tenants' own limits;
+	// gov what the request path reads of their settings.
+	subjects *consensus.RateHolder
+	gov      atomic.Pointer[governance]
+	now      func() time.Time
+	// fileTenants are the file's, which hold where the ledger has none.
+	fileTenants []config.Tenant
 
 	// budgeted holds the tenants with a budget, once read from the
 	// ledger; until then it holds nil and every tenant is held to escrow.
@@ -76,7 +83,12 @@ type Deps struct {
 // configuration (s.Ledger set) and its catalog at start-up; it opens
 // nothing: Listen and Run do.
 func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
-	l := &Ledger{name: s.Name, log: d.Log, setTenants: d.SetTenants, configBudgeted: map[string]bool{}}
+	l := &Ledger{name: s.Name, log: d.Log, setTenants: d.SetTenants, configBudgeted: map[string]bool{}, now: d.Now, fileTenants: s.Tenants}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	gov := governanceOf(s.Tenants, nil)
+	l.gov.Store(gov)
 	l.members = membership{self: s.Name, mesh: d.Mesh, rpcAddr: d.RPCAddr, raftAddr: func() string {
 		if l.server == nil {
 			return ""
@@ -88,6 +100,7 @@ func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
 			l.configBudgeted[t.Name] = true
 		}
 	}
+	maps.Copy(l.configBudgeted, gov.budgeted)
 	var unknown map[string]bool
 	l.budgeted.Store(&unknown)
 	if s.Raft != nil {
@@ -120,7 +133,7 @@ func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
 		err = json.Unmarshal(b, &tenants)
 		return tenants, err
 	})
-	l.rates = consensus.NewRateHolder(s.Name, RateCapacities(catalog.Providers()), l.client.Rates, func() int {
+	nodes := func() int {
 		if d.Mesh == nil {
 			return 1
 		}
@@ -131,7 +144,11 @@ func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
 			}
 		}
 		return alive
-	}, func() bool { return len(l.members.Voters()) == 0 })
+	}
+	noVoters := func() bool { return len(l.members.Voters()) == 0 }
+	l.rates = consensus.NewRateHolder(s.Name, RateCapacities(catalog.Providers()), l.client.Rates, nodes, noVoters)
+	l.subjects = consensus.NewRateHolder(s.Name, gov.caps, l.client.Rates, nodes, noVoters)
+	l.subjects.ReportUsage() // a key's share moves to where its requests arrive within a renewal
 	return l, nil
 }
 
@@ -148,7 +165,8 @@ func seedCommands(s *config.Runtime, catalog *route.Catalog) []consensus.Command
 			ct.Budget = &consensus.Budget{Limit: consensus.RoundNanos(t.Budget.USD), Period: t.Budget.Period}
 		}
 		b, _ := json.Marshal(ct)
-		out = append(out, consensus.Command{ID: "seed/tenant/" + t.Name, Type: consensus.CmdSeedTenant, Body: b})
+		out = append(out, consensus.Command{ID: "seed/tenant/" + t.Name, Type: consensus.CmdSeedTenant, Body: b},
+			seedKeyCommands(t))
 	}
 	for _, p := range catalog.Providers() {
 		if p.RPM > 0 || p.TPM > 0 {
@@ -177,6 +195,7 @@ func (l *Ledger) Run() {
 	l.cancel = cancel
 	l.loops.Go(func() { l.budgets.Run(ctx) })
 	l.loops.Go(func() { l.rates.Run(ctx) })
+	l.loops.Go(func() { l.subjects.Run(ctx) })
 	l.loops.Go(func() { l.refreshTenants(ctx) })
 }
 
@@ -203,6 +222,7 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 		}
 		if len(l.members.Voters()) == 0 {
 			l.budgeted.Store(&l.configBudgeted)
+			l.setGovernance(nil)
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -226,6 +246,8 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 			}
 			pol[t.Name] = Policy{Residency: region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}, Strict: t.StrictTransit}
 		}
+		gov := l.setGovernance(ts)
+		maps.Copy(m, gov.budgeted)
 		l.budgeted.Store(&m)
 		l.policies.Store(&pol)
 		l.setTenants(ts)
@@ -254,7 +276,7 @@ func (l *Ledger) Policy(tenant string) (Policy, bool) {
 // shares have been renewed once.
 func (l *Ledger) Ready() bool {
 	b := *l.budgeted.Load()
-	return b != nil && (len(b) == 0 || l.budgets.Ready()) && l.rates.Ready()
+	return b != nil && (len(b) == 0 || l.budgets.Ready()) && l.rates.Ready() && l.subjects.Ready()
 }
 
 // Settle reports spend and gives escrow and rate shares back (the
@@ -298,4 +320,4 @@ func (l *Ledger) Client() *consensus.Client { return l.client }
 func (l *Ledger) Rates() *consensus.RateHolder { return l.rates }
 
 // Budgets is the budgets' escrow as route's budget gate.
-func (l *Ledger) Budgets() route.BudgetGate { return budgetGate{l.budgets} }
+func (l *Ledger) Budgets() route.BudgetGate { return budgetGate{h: l.budgets, l: l} }

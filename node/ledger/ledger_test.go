@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,11 +52,16 @@ func TestSeedCommands(t *testing.T) {
 	cmds := seedCommands(s, testCatalog(t))
 	var ids []string
 	for _, c := range cmds {
-		ids = append(ids, c.ID)
+		id := c.ID
+		if c.Type == consensus.CmdSeedKeys {
+			id = id[:strings.LastIndex(id, "/")] // then a digest of the settings
+		}
+		ids = append(ids, id)
 	}
-	if want := []string{"seed/tenant/acme", "seed/tenant/free", "seed/rate/limited"}; !slices.Equal(ids, want) {
+	if want := []string{"seed/tenant/acme", "seed/keys/acme", "seed/tenant/free", "seed/keys/free", "seed/rate/limited"}; !slices.Equal(ids, want) {
 		t.Fatalf("ids %v, want %v", ids, want)
 	}
+	cmds = slices.DeleteFunc(cmds, func(c consensus.Command) bool { return c.Type == consensus.CmdSeedKeys })
 	var acme consensus.Tenant
 	if err := json.Unmarshal(cmds[0].Body, &acme); err != nil || cmds[0].Type != consensus.CmdSeedTenant {
 		t.Fatal(cmds[0].Type, err)

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,27 @@ type Tenant struct {
 	// (consensus.KeyID of its SHA-256); "" for a tenant named rather
 	// than authenticated (Named).
 	Key string
+	// KeyName is the key's name, "" when it has none; Models the models
+	// (or groups) the key may ask for, by the name the client sends,
+	// empty for every model. The ledger's settings of the key where it
+	// holds some, else the file's.
+	KeyName string
+	Models  []string
+}
+
+// Allows reports whether t's key may ask for model (a model group
+// counts as one model, by its name).
+func (t *Tenant) Allows(model string) bool {
+	return len(t.Models) == 0 || slices.Contains(t.Models, model)
+}
+
+// KeyLabel names t's key where the key itself must not appear: its
+// name, else its id.
+func (t *Tenant) KeyLabel() string {
+	if t.KeyName != "" {
+		return t.KeyName
+	}
+	return t.Key
 }
 
 // Keys authenticates API keys against the SHA-256 hashes of the
@@ -72,6 +94,7 @@ func NewKeys(ts []config.Tenant, ledger []consensus.Tenant) *Keys {
 	// tenants belongs to the first, the same one at every refresh.
 	var order []string
 	keys := map[string][][sha256.Size]byte{}
+	settings := keySettings(ts, ledger)
 	for _, t := range ts {
 		k.byName[t.Name] = &Tenant{Name: t.Name, Residency: t.Residency, StrictTransit: t.StrictTransit, Priority: t.Priority, MaxTTFT: t.MaxTTFT}
 		order = append(order, t.Name)
@@ -99,11 +122,38 @@ func NewKeys(ts []config.Tenant, ledger []consensus.Tenant) *Keys {
 			owner[h] = true
 			p := binary.BigEndian.Uint64(h[:8])
 			t := *k.byName[name] // each key's own, naming the key
-			t.Key = consensus.KeyID(hex.EncodeToString(h[:]))
+			hx := hex.EncodeToString(h[:])
+			t.Key = consensus.KeyID(hx)
+			if ks, ok := settings[hx]; ok {
+				t.KeyName, t.Models = ks.Name, ks.Models
+			}
 			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: &t})
 		}
 	}
 	return k
+}
+
+// keySettings indexes the settings in force of every tenant's keys by
+// hash (config.InForce: the ledger's, else the file's).
+func keySettings(ts []config.Tenant, ledger []consensus.Tenant) map[string]consensus.KeySettings {
+	out := map[string]consensus.KeySettings{}
+	inLedger := map[string]*consensus.Tenant{}
+	for i := range ledger {
+		inLedger[ledger[i].Name] = &ledger[i]
+	}
+	for i := range ts {
+		_, keys := config.InForce(&ts[i], inLedger[ts[i].Name])
+		for _, ks := range keys {
+			out[ks.KeySHA256] = ks
+		}
+		delete(inLedger, ts[i].Name)
+	}
+	for _, lt := range inLedger { // tenants only the ledger knows
+		for _, ks := range lt.Keys {
+			out[ks.KeySHA256] = ks
+		}
+	}
+	return out
 }
 
 func decodeKeyHash(h string) (sum [sha256.Size]byte, ok bool) {

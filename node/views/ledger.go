@@ -24,4 +24,8 @@ type TenantInfo struct {
 	Revoked       []string `json:"revoked"`
 	BudgetUSD     *float64 `json:"budget_usd,omitempty"`
 	BudgetPeriod  string   `json:"budget_period,omitempty"`
+	// Limits are the tenant's mesh-wide rates; nil for none.
+	Limits *LimitsInfo `json:"limits,omitempty"`
+	// KeySettings are the settings of the keys that have some.
+	KeySettings []KeyInfo `json:"key_settings,omitempty"`
 }
