@@ -95,9 +95,6 @@ type Node struct {
 	rpcListening atomic.Pointer[string]
 	forward      *forward.Forwarder
 	ledger       *ledger.Ledger // nil when the node has no part in the ledger
-	// localKeyRates are keys' and tenants' limits on a node without the
-	// ledger, whole; nil with the ledger, whose shares serve.
-	localKeyRates *consensus.RateHolder
 	inFlight     atomic.Int64
 	// admitted counts the requests that waited for admission, and how
 	// long in all.
@@ -127,6 +124,10 @@ type Node struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	// localKeyRates are keys' and tenants' limits on a node without the
+	// ledger, whole; nil with the ledger, whose shares serve.
+	localKeyRates *consensus.RateHolder
 }
 
 // New validates cfg and builds a node. It starts nothing and opens
