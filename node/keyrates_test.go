@@ -211,4 +211,17 @@ func TestKeyRateLimitAcrossThreeNodesQuick(t *testing.T) {
 	lim := keyLoad(ctx, t, m.urls, limited, "limited", 0.5)
 	fr := keyLoad(ctx, t, m.urls, free, "free", 0.5)
 	checkKeyRate(t, rec, 12, lim(), fr())
+	counted := 0
+	for _, u := range m.urls {
+		for _, line := range strings.Split(readAll(t, mustGet(t, u+"/metrics").Body), "\n") {
+			if v, ok := strings.CutPrefix(line, `llmesh_key_refusals_total{key="limited",reason="key_rate_limited",tenant="t1"} `); ok {
+				var n int
+				fmt.Sscan(v, &n)
+				counted += n
+			}
+		}
+	}
+	if counted == 0 {
+		t.Fatal("no node counted the key's 429s")
+	}
 }

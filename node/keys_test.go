@@ -107,6 +107,7 @@ func TestEveryAdminEndpointNeedsTheToken(t *testing.T) {
 		{"GET", "/debug/pprof/", false}, {"GET", "/debug/pprof/cmdline", false},
 		{"POST", "/v1/mesh/join", false}, {"POST", "/v1/mesh/budgets/forfeit", false}, {"PUT", "/v1/mesh/budgets/t1", false},
 		{"POST", "/v1/mesh/tenants/t1/keys", false}, {"POST", "/v1/mesh/tenants/t1/revoke", false},
+		{"PUT", "/v1/mesh/tenants/t1/keys/app", false}, {"PUT", "/v1/mesh/tenants/t1/limits", false}, {"DELETE", "/v1/mesh/tenants/t1/limits", false},
 		{"POST", "/v1/route/explain", false},
 		{"POST", "/v1/mesh/drain", true}, {"POST", "/v1/mesh/leave", true},
 	}

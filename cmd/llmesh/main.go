@@ -30,6 +30,9 @@ Usage:
   llmesh tenants add TENANT         a new tenant (-residency J, -strict), or a new key for one: printed once
   llmesh tenants rotate TENANT      a new key, and the old ones revoked (-keep keeps them)
   llmesh tenants revoke TENANT ID.. revoke keys (-all: every key); every node refuses them within 3 s
+  llmesh tenants keys list TENANT   a tenant's keys: name, model allow-list, limits, budget
+  llmesh tenants keys set TENANT KEY a key's settings (-name, -models a,b, -rpm, -tpm, -budget USD -period P)
+  llmesh tenants limits TENANT      a tenant's mesh-wide limits (-rpm N, -tpm N, -clear)
   llmesh audit -dir DIR             where each request of a tenant with a residency went (-tenant, -request, -since, -verify)
   llmesh raft peers                 the Raft configuration and its leader
   llmesh status                     this node: phase, role, leader, members, healthy providers, leases held

@@ -69,8 +69,12 @@ func runTenants(args []string, stdout, stderr io.Writer) int {
 		return runTenantsAdd(sub, args, stdout, stderr)
 	case "revoke":
 		return runTenantsRevoke(args, stdout, stderr)
+	case "keys":
+		return runTenantsKeys(args, stdout, stderr)
+	case "limits":
+		return runTenantsLimits(args, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "llmesh tenants: unknown subcommand %q: list, add, rotate or revoke\n", sub)
+	fmt.Fprintf(stderr, "llmesh tenants: unknown subcommand %q: list, add, rotate, revoke, keys or limits\n", sub)
 	return 2
 }
 
