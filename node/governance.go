@@ -168,10 +168,8 @@ func (n *Node) keyBudgetRefused(req *route.Request, err error) {
 // keyLabel names req's key where the key itself must not appear: its
 // name, else its id; shown quotes a name for a message.
 func (n *Node) keyLabel(req *route.Request) (label, shown string) {
-	if n.ledger != nil {
-		if name := n.ledger.KeyName(req.Tenant, req.Key); name != "" {
-			return name, fmt.Sprintf("%q", name)
-		}
+	if name := n.tenants.Load().KeyName(req.Tenant, req.Key); name != "" {
+		return name, fmt.Sprintf("%q", name)
 	}
 	return req.Key, req.Key
 }

@@ -131,3 +131,35 @@ func TestNoVotersReadyThenSettles(t *testing.T) {
 	l.Settle()
 	l.Close()
 }
+
+// The keys' and tenants' settings in force: the ledger's where it holds
+// some, else the file's; their limits as rate capacities, their budgets
+// as accounts, their names by account. A file's settings seed under an
+// id that changes with them.
+func TestGovernanceLedgerOverFile(t *testing.T) {
+	s1, s2 := sha256.Sum256([]byte("sk-1")), sha256.Sum256([]byte("sk-2"))
+	h1, h2 := hex.EncodeToString(s1[:]), hex.EncodeToString(s2[:])
+	file := []config.Tenant{{Name: "acme", Limits: &consensus.Limits{RPM: 1200}, KeySettings: []consensus.KeySettings{
+		{KeySHA256: h1, Name: "one", Limits: &consensus.Limits{RPM: 120}, Budget: &consensus.Budget{Limit: 5, Period: "day"}},
+		{KeySHA256: h2, Name: "two", Limits: &consensus.Limits{TPM: 1000}},
+	}}}
+	g := governanceOf(file, nil)
+	want := []consensus.RateCapacity{{Provider: "tenant:acme", RPM: 1200}, {Provider: consensus.KeyRate("acme", consensus.KeyID(h1)), RPM: 120},
+		{Provider: consensus.KeyRate("acme", consensus.KeyID(h2)), TPM: 1000}}
+	slices.SortFunc(want[1:], func(a, b consensus.RateCapacity) int { return strings.Compare(a.Provider, b.Provider) })
+	if !slices.Equal(g.caps, want) || !g.budgeted[consensus.KeyAccount("acme", consensus.KeyID(h1))] || g.names[consensus.KeyAccount("acme", consensus.KeyID(h2))] != "two" {
+		t.Fatalf("the file's: %+v", g)
+	}
+	ledger := []consensus.Tenant{{Name: "acme", LimitsLive: true, Keys: []consensus.KeySettings{{KeySHA256: h1, Name: "uno", Live: true}}},
+		{Name: "other", Limits: &consensus.Limits{TPM: 7}}}
+	g = governanceOf(file, ledger)
+	want = []consensus.RateCapacity{{Provider: consensus.KeyRate("acme", consensus.KeyID(h2)), TPM: 1000}, {Provider: "tenant:other", TPM: 7}}
+	if !slices.Equal(g.caps, want) || len(g.budgeted) != 0 || g.names[consensus.KeyAccount("acme", consensus.KeyID(h1))] != "uno" {
+		t.Fatalf("with the ledger's: %+v", g)
+	}
+	a, b := seedKeyCommands(file[0]), seedKeyCommands(file[0])
+	file[0].KeySettings[1].Name = "deux"
+	if c := seedKeyCommands(file[0]); a.ID != b.ID || c.ID == a.ID || a.Type != consensus.CmdSeedKeys || !strings.HasPrefix(a.ID, "seed/keys/acme/") {
+		t.Fatalf("seed ids %q %q %q", a.ID, b.ID, c.ID)
+	}
+}

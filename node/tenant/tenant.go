@@ -67,6 +67,9 @@ type Keys struct {
 	// byPrefix indexes key hashes by their first eight bytes.
 	byPrefix map[uint64][]keyEntry
 	byName   map[string]*Tenant
+	// keyNames are the keys' names, by tenant and id
+	// (consensus.KeyAccount).
+	keyNames map[string]string
 }
 
 type keyEntry struct {
@@ -79,7 +82,7 @@ type keyEntry struct {
 // the ledger has not revoked it. Tenants only the ledger knows (made by
 // llmesh tenants add) take their residency from it.
 func NewKeys(ts []config.Tenant, ledger []consensus.Tenant) *Keys {
-	k := &Keys{byPrefix: map[uint64][]keyEntry{}, byName: map[string]*Tenant{}}
+	k := &Keys{byPrefix: map[uint64][]keyEntry{}, byName: map[string]*Tenant{}, keyNames: map[string]string{}}
 	revoked := map[[sha256.Size]byte]bool{}
 	fileRevoked := map[string]bool{}
 	for _, lt := range ledger {
@@ -126,6 +129,9 @@ func NewKeys(ts []config.Tenant, ledger []consensus.Tenant) *Keys {
 			t.Key = consensus.KeyID(hx)
 			if ks, ok := settings[hx]; ok {
 				t.KeyName, t.Models = ks.Name, ks.Models
+				if ks.Name != "" {
+					k.keyNames[consensus.KeyAccount(name, t.Key)] = ks.Name
+				}
 			}
 			k.byPrefix[p] = append(k.byPrefix[p], keyEntry{sum: h, tenant: &t})
 		}
@@ -187,6 +193,12 @@ func (k *Keys) Authenticate(r *http.Request) (*Tenant, bool) {
 		}
 	}
 	return nil, false
+}
+
+// KeyName returns the name of tenant's key of id key, "" when it has
+// none (or the key is not known here).
+func (k *Keys) KeyName(tenant, key string) string {
+	return k.keyNames[consensus.KeyAccount(tenant, key)]
 }
 
 // Named returns the tenant called name, as a forwarding node names it.

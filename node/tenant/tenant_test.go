@@ -107,3 +107,46 @@ func TestNewKeysMergesTheFileAndTheLedger(t *testing.T) {
 		}
 	}
 }
+
+// A key's name and allow-list are the ledger's where it holds settings
+// of the key, else the file's: a key only the file sets keeps the file's
+// until the ledger holds some; a key the ledger set live is the ledger's
+// whatever the file says; a tenant only the ledger knows has its keys'
+// settings from it.
+func TestKeySettingsLedgerOverFile(t *testing.T) {
+	file := []config.Tenant{{Name: "a", Keys: [][sha256.Size]byte{sum("sk-1"), sum("sk-2"), sum("sk-3")}, KeySettings: []consensus.KeySettings{
+		{KeySHA256: hexSum("sk-1"), Name: "one", Models: []string{"m1"}},
+		{KeySHA256: hexSum("sk-2"), Name: "two-file", Models: []string{"m2"}},
+	}}}
+	ledger := []consensus.Tenant{
+		{Name: "a", Keys: []consensus.KeySettings{{KeySHA256: hexSum("sk-2"), Name: "two", Live: true}}},
+		{Name: "b", KeySHA256: []string{hexSum("sk-b")}, Keys: []consensus.KeySettings{{KeySHA256: hexSum("sk-b"), Name: "bee", Models: []string{"x"}}}},
+	}
+	for _, c := range []struct {
+		ledger        []consensus.Tenant
+		key, name     string
+		models, allow string
+		denied        string
+	}{
+		{nil, "sk-1", "one", "m1", "m1", "m2"},
+		{nil, "sk-2", "two-file", "m2", "m2", "m1"},
+		{ledger, "sk-1", "one", "m1", "m1", "m2"},
+		{ledger, "sk-2", "two", "", "anything", ""},
+		{ledger, "sk-3", "", "", "anything", ""},
+		{ledger, "sk-b", "bee", "x", "x", "y"},
+	} {
+		k := NewKeys(file, c.ledger)
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Bearer "+c.key)
+		got, ok := k.Authenticate(r)
+		if !ok || got.KeyName != c.name || strings.Join(got.Models, ",") != c.models || !got.Allows(c.allow) || (c.denied != "" && got.Allows(c.denied)) {
+			t.Errorf("%s (ledger read: %v): %+v", c.key, c.ledger != nil, got)
+		}
+		if k.KeyName(got.Name, got.Key) != c.name {
+			t.Errorf("%s: KeyName %q", c.key, k.KeyName(got.Name, got.Key))
+		}
+		if want := c.name; want == "" && got.KeyLabel() != got.Key || want != "" && got.KeyLabel() != want {
+			t.Errorf("%s: label %q", c.key, got.KeyLabel())
+		}
+	}
+}
