@@ -444,16 +444,39 @@ func (t *Tenant) dropKey(h string) {
 	t.Keys = slices.DeleteFunc(t.Keys, func(k KeySettings) bool { return k.KeySHA256 == h })
 }
 
-// keepSettings keeps, on a replacement of the tenant old, the settings
-// of keys and limits that t does not give.
-func (t *Tenant) keepSettings(old *Tenant) {
-	if t.Keys == nil {
-		t.Keys = old.Keys
+// replacing makes t, a tenant a command puts, the replacement of old
+// (nil when there was none): a revocation outlives any replacement, and
+// so do old's keys' settings and limits unless t gives some. Revoked keys
+// are dropped, and what t gives of settings checked.
+func (t *Tenant) replacing(old *Tenant) error {
+	if old != nil {
+		for _, h := range old.Revoked {
+			if !slices.Contains(t.Revoked, h) {
+				t.Revoked = append(t.Revoked, h)
+			}
+		}
+		if t.Keys == nil {
+			t.Keys = old.Keys
+		}
+		if t.Limits == nil && !t.LimitsLive {
+			t.Limits, t.LimitsLive = old.Limits, old.LimitsLive
+		}
 	}
-	if t.Limits == nil && !t.LimitsLive {
-		t.Limits, t.LimitsLive = old.Limits, old.LimitsLive
-	}
+	t.KeySHA256 = slices.DeleteFunc(t.KeySHA256, func(h string) bool { return slices.Contains(t.Revoked, h) })
 	t.Keys = slices.DeleteFunc(t.Keys, func(k KeySettings) bool { return slices.Contains(t.Revoked, k.KeySHA256) })
+	return t.checkSettings()
+}
+
+// applyKeySettings applies a command of keys' settings or tenants'
+// limits.
+func (l *Ledger) applyKeySettings(cmd Command) Result {
+	switch cmd.Type {
+	case CmdSetKey:
+		return l.setKey(cmd)
+	case CmdSetTenantLimits:
+		return l.setTenantLimits(cmd)
+	}
+	return l.seedKeys(cmd)
 }
 
 // checkSettings reports what is wrong with a tenant's key settings and

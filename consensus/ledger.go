@@ -282,30 +282,15 @@ func (l *Ledger) apply(cmd Command) Result {
 		if exists && cmd.Type == CmdSeedTenant {
 			return Result{}
 		}
-		if exists {
-			// A revocation outlives any replacement of the tenant, and
-			// so do its keys' settings and limits unless it gives some.
-			for _, h := range old.Revoked {
-				if !slices.Contains(t.Revoked, h) {
-					t.Revoked = append(t.Revoked, h)
-				}
-			}
-			t.keepSettings(old)
-		}
-		t.KeySHA256 = slices.DeleteFunc(t.KeySHA256, func(h string) bool { return slices.Contains(t.Revoked, h) })
-		if err := t.checkSettings(); err != nil {
+		if err := t.replacing(old); err != nil {
 			return fail(err)
 		}
 		l.s.Tenants[t.Name] = &t
 		l.updateLimits(t.Name, cmd.Time)
 	case CmdAddKey:
 		return l.addKey(cmd)
-	case CmdSetKey:
-		return l.setKey(cmd)
-	case CmdSetTenantLimits:
-		return l.setTenantLimits(cmd)
-	case CmdSeedKeys:
-		return l.seedKeys(cmd)
+	case CmdSetKey, CmdSetTenantLimits, CmdSeedKeys:
+		return l.applyKeySettings(cmd)
 	case CmdRevokeKey:
 		return l.revokeKey(cmd)
 	case CmdSetBudget:

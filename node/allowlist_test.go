@@ -68,40 +68,13 @@ func TestModelAllowListOnEveryNode(t *testing.T) {
 	t.Logf("every node refused gpt-4o %v after the change was committed", took.Round(time.Millisecond))
 
 	for i, u := range m.urls {
-		c := openaiAt(u, testKey)
 		if err := chat(u, testKey, "llama-3-8b"); err != nil {
 			t.Fatalf("node %d: llama-3-8b: %v", i, err)
 		}
 		if err := chat(u, other, "gpt-4o"); err != nil {
 			t.Fatalf("node %d: the other key: %v", i, err)
 		}
-		st := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o",
-			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
-		for st.Next() {
-		}
-		_, cerr := c.Completions.New(ctx, openai.CompletionNewParams{Model: "gpt-4o", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}})
-		_, rerr := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4o", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
-		_, eerr := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "emb", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hi")}})
-		for what, err := range map[string]error{"stream": st.Err(), "completions": cerr, "responses": rerr, "embeddings": eerr} {
-			if !notAllowed(err) {
-				t.Errorf("node %d, %s: %v", i, what, err)
-			}
-		}
-		ac := anthropicAt(u, testKey)
-		_, aerr := ac.Messages.New(ctx, anthropic.MessageNewParams{Model: "gpt-4o", MaxTokens: 4,
-			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
-		var apiErr *anthropic.Error
-		if !errors.As(aerr, &apiErr) || apiErr.StatusCode != 403 || string(apiErr.Type()) != "permission_error" ||
-			!strings.Contains(apiErr.RawJSON(), "may not use model") {
-			t.Errorf("node %d, messages: %v", i, aerr)
-		}
-		var list struct{ Data []struct{ ID string } }
-		if code := getJSON(t, u+"/v1/models", testKey, &list); code != 200 || len(list.Data) != 1 || list.Data[0].ID != "llama-3-8b" {
-			t.Errorf("node %d lists %+v to the key (%d)", i, list.Data, code)
-		}
-		if code := getJSON(t, u+"/v1/models/gpt-4o", testKey, &list); code != 404 {
-			t.Errorf("node %d: GET /v1/models/gpt-4o: %d", i, code)
-		}
+		refusedEverywhere(t, u, i)
 	}
 
 	// Each node counted its refusals, by tenant, key name and reason.
@@ -141,4 +114,40 @@ func TestModelAllowListOnEveryNode(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// refusedEverywhere checks that node i (at u) refuses gpt-4o to testKey
+// on every endpoint, streamed too, in Anthropic's shape on /v1/messages,
+// and lists it only llama-3-8b.
+func refusedEverywhere(t *testing.T, u string, i int) {
+	t.Helper()
+	ctx := context.Background()
+	c := openaiAt(u, testKey)
+	st := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	for st.Next() {
+	}
+	_, cerr := c.Completions.New(ctx, openai.CompletionNewParams{Model: "gpt-4o", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}})
+	_, rerr := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4o", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
+	_, eerr := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "emb", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hi")}})
+	for what, err := range map[string]error{"stream": st.Err(), "completions": cerr, "responses": rerr, "embeddings": eerr} {
+		if !notAllowed(err) {
+			t.Errorf("node %d, %s: %v", i, what, err)
+		}
+	}
+	ac := anthropicAt(u, testKey)
+	_, aerr := ac.Messages.New(ctx, anthropic.MessageNewParams{Model: "gpt-4o", MaxTokens: 4,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+	var apiErr *anthropic.Error
+	if !errors.As(aerr, &apiErr) || apiErr.StatusCode != 403 || string(apiErr.Type()) != "permission_error" ||
+		!strings.Contains(apiErr.RawJSON(), "may not use model") {
+		t.Errorf("node %d, messages: %v", i, aerr)
+	}
+	var list struct{ Data []struct{ ID string } }
+	if code := getJSON(t, u+"/v1/models", testKey, &list); code != 200 || len(list.Data) != 1 || list.Data[0].ID != "llama-3-8b" {
+		t.Errorf("node %d lists %+v to the key (%d)", i, list.Data, code)
+	}
+	if code := getJSON(t, u+"/v1/models/gpt-4o", testKey, &list); code != 404 {
+		t.Errorf("node %d: GET /v1/models/gpt-4o: %d", i, code)
+	}
 }
