@@ -152,8 +152,8 @@ func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*Ho
 	}
 	if l != nil && h.synced && now.Before(l.expires) && l.headroom < upper && l.free() < upper {
 		h.kickLocked() // the next request learns of a raised limit at once
-		return nil, fmt.Errorf("%w: tenant %s has %v left of its budget for %s, and the request may cost up to %v",
-			ErrBudgetExceeded, tenant, max(l.headroom, 0), l.period, upper)
+		return nil, fmt.Errorf("%w: %s has %v left of its budget for %s, and the request may cost up to %v",
+			ErrBudgetExceeded, DescribeAccount(tenant), max(l.headroom, 0), l.period, upper)
 	}
 	return nil, nil
 }

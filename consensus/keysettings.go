@@ -99,6 +99,15 @@ func (t *Tenant) KeyByID(id string) *KeySettings {
 // tenant's name holds no '/', so it never names a tenant.
 func KeyAccount(tenant, id string) string { return tenant + "/" + id }
 
+// DescribeAccount names an account in a message: "tenant acme", or
+// "key 0123456789ab of tenant acme".
+func DescribeAccount(account string) string {
+	if tenant, key := SplitAccount(account); key != "" {
+		return "key " + key + " of tenant " + tenant
+	}
+	return "tenant " + account
+}
+
 // SplitAccount returns the tenant and, for a key's account, the key's id.
 func SplitAccount(account string) (tenant, key string) {
 	tenant, key, _ = strings.Cut(account, "/")

@@ -42,7 +42,7 @@ func TestKeyBudgetAcrossAForward(t *testing.T) {
 			}
 		case 402:
 			refused++
-			if !strings.Contains(string(b), `"code":"budget_exceeded"`) || !strings.Contains(string(b), `key \"capped\"`) {
+			if !strings.Contains(string(b), `"code":"budget_exceeded"`) || !strings.Contains(string(b), `key \"capped\" of tenant t1 has $0.0`) {
 				t.Fatalf("a 402 that does not name the key: %s", b)
 			}
 		default:

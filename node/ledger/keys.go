@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/consensus"
@@ -109,11 +110,7 @@ func (g budgetGate) ReserveKey(ctx context.Context, tenant, key string, usd floa
 	kh, err := g.h.Reserve(ctx, account, usd, prio, until, now)
 	if err != nil {
 		if errors.Is(err, consensus.ErrBudgetExceeded) {
-			label := key
-			if name := g.l.KeyName(tenant, key); name != "" {
-				label = fmt.Sprintf("%q", name)
-			}
-			err = fmt.Errorf("%w: key %s: %w", ErrKeyBudget, label, err)
+			err = keyBudgetError{err: err, name: g.l.KeyName(tenant, key), key: key}
 		}
 		return nil, RouteError(err)
 	}
@@ -124,6 +121,22 @@ func (g budgetGate) ReserveKey(ctx context.Context, tenant, key string, usd floa
 	}
 	return holds{kh, th}, nil
 }
+
+// keyBudgetError is the refusal of a key's own budget: the holder's, the
+// key named by its name where it has one. It matches ErrKeyBudget.
+type keyBudgetError struct {
+	err       error
+	name, key string
+}
+
+func (e keyBudgetError) Error() string {
+	if e.name == "" {
+		return e.err.Error()
+	}
+	return strings.Replace(e.err.Error(), "key "+e.key+" ", fmt.Sprintf("key %q ", e.name), 1)
+}
+
+func (e keyBudgetError) Unwrap() []error { return []error{ErrKeyBudget, e.err} }
 
 // holds settles a key's reservation and its tenant's together.
 type holds [2]*consensus.Hold
