@@ -97,7 +97,7 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 	for _, peer := range n.handoffPeers(req) {
 		in := &pb.ForwardRequest{
 			Origin: n.s.Name, RequestId: req.ID, Tenant: req.Tenant, Key: req.Key, Residency: string(req.Residency.Jurisdiction),
-			StrictTransit: req.StrictTransit, Session: req.Session, Body: body, Handoff: true, Api: req.Chat.API.String(),
+			StrictTransit: req.StrictTransit, Session: req.Session, Body: body, Handoff: true, Api: req.Chat.API.String(), Tags: req.Tags,
 		}
 		note := fmt.Sprintf("handed off: %s drains", n.s.Name)
 		fw := n.forward.Hop(ctx, forward.Hop{Addr: peer.Meta.RPC, Peer: peer.Name, In: in, Req: req, Note: note}, sink)
@@ -106,6 +106,9 @@ func (n *Node) handoff(ctx context.Context, req *route.Request, body []byte, sin
 		switch {
 		case fw.Committed:
 			n.metrics.HandedOff("ok")
+			if req.Trailers && req.Chat.Stream && !fw.ClientGone {
+				route.SetCostTrailer(sink.Header(), fw.Cost)
+			}
 			return res, true
 		case fw.Err != nil || fw.Status == http.StatusServiceUnavailable:
 			n.metrics.HandedOff("next")

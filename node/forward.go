@@ -40,7 +40,7 @@ func (n *Node) serveForward(ctx context.Context, in *pb.ForwardRequest, meta for
 	t, ok := n.tenants.Load().Named(in.Tenant)
 	api, known := route.ParseAPI(in.Api)
 	req := &inbound{origin: fromPeer, api: api, tenant: t, claimed: in.Tenant, key: in.Key, body: in.Body, session: in.Session,
-		residency: in.Residency, strict: in.StrictTransit, sender: in.Origin, hint: in.Provider, spill: in.Spill,
+		residency: in.Residency, strict: in.StrictTransit, sender: in.Origin, hint: in.Provider, spill: in.Spill, tags: in.Tags,
 		traceparent: meta.TraceParent, tracestate: meta.TraceState, id: in.RequestId, start: n.now()}
 	if in.Handoff {
 		req.origin = fromHandoff

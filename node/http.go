@@ -228,11 +228,24 @@ func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.Resp
 	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
 		unread:  func() { n.refuseUnread(w, rc, r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
-		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate"), cache: r.Header.Get(cacheHeader)}
+		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate"), cache: r.Header.Get(cacheHeader),
+		tags: strings.Join(r.Header.Values(route.HeaderTags), ","), trailers: acceptsTrailers(r.Header)}
 	if !ok {
 		in.authErr = errUnauthorized
 	}
 	return in
+}
+
+// acceptsTrailers reports whether a request's TE header takes trailers.
+func acceptsTrailers(h http.Header) bool {
+	for _, v := range h.Values("Te") {
+		for t := range strings.SplitSeq(v, ",") {
+			if name, _, _ := strings.Cut(t, ";"); strings.EqualFold(strings.TrimSpace(name), "trailers") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // requestID returns the client's X-Request-Id when it is a short printable

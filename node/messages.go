@@ -132,6 +132,7 @@ type messagesSink struct {
 	stream *anthropic.Stream // nil for a whole answer
 	code   int               // the status written by the pipeline, not yet sent
 	buf    []byte            // a whole answer or error as written so far; a stream's partial event
+	cost   []byte            // a stream's cost comment, written once the stream ends
 	out    []byte
 }
 
@@ -199,10 +200,18 @@ func (s *messagesSink) events(p []byte) error {
 				data = append(data, bytes.TrimPrefix(d, []byte(" "))...)
 			}
 		}
-		if data != nil {
+		switch {
+		case data != nil:
 			s.out = s.stream.Chunk(s.out, bytes.TrimSpace(data))
+		case route.IsCostComment(s.buf[:i]):
+			// The stream's cost, a comment in any SSE dialect: it follows
+			// message_stop, which [DONE] (next) makes.
+			s.cost = append(append(s.cost[:0], s.buf[:i]...), "\n\n"...)
 		}
 		s.buf = s.buf[:copy(s.buf, s.buf[i+2:])]
+	}
+	if len(s.cost) > 0 && s.stream.Ended() {
+		s.out, s.cost = append(s.out, s.cost...), nil
 	}
 	if len(s.out) == 0 {
 		return nil

@@ -84,6 +84,11 @@ type inbound struct {
 	planOnly bool
 	// cache is the client's X-LLMesh-Cache header: on, off or "".
 	cache string
+	// tags are the request's tags as sent (X-LLMesh-Tags, or the
+	// forward's set), checked with the body's metadata.tags on admission;
+	// trailers that the client takes HTTP trailers (TE: trailers).
+	tags     string
+	trailers bool
 }
 
 // admit turns in into a route.Request, or refuses it: the node takes
@@ -161,6 +166,10 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	req.Session = sessionKey(req.Session)
 	if in.origin != fromClient && n.draining.Load() {
 		req.AdmitBy = in.start // a draining node does not hold a peer's request in its queue
+	}
+	req.Trailers = in.trailers
+	if req.Tags, err = route.ParseTags(in.tags, chat); err != nil {
+		return req, err
 	}
 	if t != nil {
 		req.Tenant, req.Key, req.Priority, req.MaxTTFT = t.Name, t.Key, t.Priority, t.MaxTTFT

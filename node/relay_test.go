@@ -167,11 +167,12 @@ func TestRelayFraming(t *testing.T) {
 		for _, ev := range strings.Split(strings.TrimSuffix(rest, "\n\n"), "\n\n") {
 			events = append(events, strings.TrimSpace(ev))
 		}
-		if len(events) < 2 {
+		if len(events) < 3 {
 			t.Fatalf("events %q", events)
 		}
-		last := events[len(events)-2]
-		if events[len(events)-1] != "data: [DONE]" || last != "data: {\"choices\":[{\"index\":0,\ndata: \"delta\":{},\"finish_reason\":\"stop\"}]}" {
+		last := events[len(events)-3] // then the cost comment and [DONE]
+		if events[len(events)-1] != "data: [DONE]" || !strings.HasPrefix(events[len(events)-2], ": X-LLMesh-Cost: ") ||
+			last != "data: {\"choices\":[{\"index\":0,\ndata: \"delta\":{},\"finish_reason\":\"stop\"}]}" {
 			t.Fatalf("events %q", events)
 		}
 		var doc map[string]any

@@ -280,7 +280,11 @@ type ForwardRequest struct {
 	// key is the id of the API key the origin authenticated (the first 12
 	// hex digits of its SHA-256), so that the far node attributes and
 	// limits the request by key; "" from an older node.
-	Key           string `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
+	// tags is the request's tag set as the origin established it (sorted,
+	// comma-joined, from X-LLMesh-Tags and metadata.tags), so that the far
+	// node attributes its cost to them; it checks them again.
+	Tags          string `protobuf:"bytes,13,opt,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -395,6 +399,13 @@ func (x *ForwardRequest) GetApi() string {
 func (x *ForwardRequest) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *ForwardRequest) GetTags() string {
+	if x != nil {
+		return x.Tags
 	}
 	return ""
 }
@@ -682,7 +693,7 @@ const file_mesh_proto_rawDesc = "" +
 	"\tdecisions\x18\x01 \x01(\x05R\tdecisions\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x05R\aseconds\"0\n" +
 	"\fObserveReply\x12 \n" +
-	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xc2\x02\n" +
+	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xd6\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -697,7 +708,8 @@ const file_mesh_proto_rawDesc = "" +
 	"\x05spill\x18\n" +
 	" \x01(\bR\x05spill\x12\x10\n" +
 	"\x03api\x18\v \x01(\tR\x03api\x12\x10\n" +
-	"\x03key\x18\f \x01(\tR\x03key\"\x83\x01\n" +
+	"\x03key\x18\f \x01(\tR\x03key\x12\x12\n" +
+	"\x04tags\x18\r \x01(\tR\x04tags\"\x83\x01\n" +
 	"\fForwardReply\x12%\n" +
 	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12.\n" +

@@ -45,6 +45,7 @@ type Ticket struct {
 	tracked bool      // adm is held
 	quota   bool      // t.Tokens were taken from the quota
 	ring    *Ring     // the ring the replica's slot was taken on
+	req     *Request  // the request the attempt is of, for its charge
 	// Waited is how long the budget stage waited for escrow.
 	Waited time.Duration
 
@@ -91,7 +92,7 @@ func (e *Executor) Admit(ctx context.Context, req *Request, t *Target) (*Ticket,
 
 // admit fills tk, which Execute keeps in its attempt's state.
 func (e *Executor) admit(ctx context.Context, req *Request, t *Target, tk *Ticket) *Refusal {
-	*tk = Ticket{e: e, t: t}
+	*tk = Ticket{e: e, t: t, req: req}
 	if err := e.guard.Check(req, t); err != nil {
 		tk.reported, tk.spent = true, true
 		return &Refusal{Stage: StageGuard, Err: err}
@@ -242,24 +243,37 @@ func (tk *Ticket) Spend(r Report) Settled {
 	tk.spent = true
 	t := tk.t
 	u := r.Usage.Clean()
-	cost := t.Offer.Model.Cost(u)
-	used := u.PromptTokens + u.CompletionTokens
-	if r.Answered && !r.Known {
-		cost, used = t.MaxCost, t.Tokens
-	}
-	if !r.Answered {
-		cost, used = 0, 0
-	}
+	cost, used := settledCost(t, r)
 	if tk.quota && used != t.Tokens {
 		tk.e.quota.Return(t.Provider(), t.Tokens-used, tk.e.now())
 	}
 	if tk.hold != nil {
 		tk.hold.Settle(cost)
 	}
+	if c := tk.e.charges; c != nil && r.Answered && tk.req != nil {
+		c.Charged(Charge{Tenant: tk.req.Tenant, Key: tk.req.Key, Model: t.Offer.Model.Name, Provider: t.Provider(), Tags: tk.req.Tags, USD: cost})
+	}
 	if tk.ring != nil {
 		tk.ring.Release(t.Replica)
 	}
 	return Settled{Usage: u, Cost: cost}
+}
+
+// settledCost is what an attempt that went as r costs, and the tokens it
+// used of its rate share: its usage at the model's prices; its upper
+// bound when the provider accepted it but its usage cannot be known (the
+// provider may bill for it, and a budget must never be overspent);
+// nothing when it was not accepted. Spend settles it, and the answer
+// tells the client the same figure (X-LLMesh-Cost).
+func settledCost(t *Target, r Report) (cost float64, used int) {
+	switch {
+	case !r.Answered:
+		return 0, 0
+	case !r.Known:
+		return t.MaxCost, t.Tokens
+	}
+	u := r.Usage.Clean()
+	return t.Offer.Model.Cost(u), u.PromptTokens + u.CompletionTokens
 }
 
 // Seat places session on the ticket's replica of the ring, for its next

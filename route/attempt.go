@@ -227,12 +227,15 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	}
 	a.known = true
 	a.total = e.now().Sub(c.start)
+	// The head goes out after the whole answer is known: it carries the
+	// cost the attempt settles, and so does the usage the answer reports.
+	cost, _ := settledCost(t, a.report())
 	answer := buf.Bytes()
 	named := respBuffers.Get().(*bytes.Buffer)
 	defer respBuffers.Put(named)
 	named.Reset()
-	named.Grow(len(answer) + len(t.answerModel()) + 2)
-	if b, ok := withModel(named.AvailableBuffer(), answer, t.answerModel()); ok {
+	named.Grow(len(answer) + len(t.answerModel()) + 48)
+	if b, ok := withModelCost(named.AvailableBuffer(), answer, t.answerModel(), cost, doc.Usage != nil); ok {
 		answer = b
 	}
 	if req.Chat.API == APIResponses {
@@ -245,6 +248,7 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	setRouteHeaders(h, t, e.cfg.NodeName, c.res.Route())
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(answer))}
+	h[HeaderCost] = []string{FormatCost(cost)}
 	sink.WriteHeader(http.StatusOK)
 	a.committed = true
 	a.Outcome = OutcomeOK

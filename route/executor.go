@@ -192,6 +192,9 @@ type Executor struct {
 	forwarder Forwarder // nil: a node alone
 	redactor  *Redactor // nil: nothing to redact
 	now       func() time.Time
+
+	// charges is told of every settled cost; nil: not attributed.
+	charges ChargeRecorder
 }
 
 // ExecutorDeps are the parts an Executor works with. Guard, Tracker and
@@ -216,6 +219,8 @@ type ExecutorDeps struct {
 	Clock     func() time.Time // nil: time.Now
 	// Redactor takes the node's secrets out of attempts' details.
 	Redactor *Redactor
+	// Charges is told of every settled cost, for spend attribution.
+	Charges ChargeRecorder
 }
 
 // NewExecutor returns an Executor with its own connection pool.
@@ -243,6 +248,7 @@ func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
 		forwarder: d.Forwarder,
 		redactor:  d.Redactor,
 		now:       d.Clock,
+		charges:   d.Charges,
 	}
 	if e.now == nil {
 		e.now = time.Now

@@ -122,6 +122,11 @@ func (c *call) forward() *attemptResult {
 		res.Provider, res.Usage, res.UsageCounted, res.Cost = f.Provider, f.Usage, f.UsageCounted, f.Cost
 		res.TTFT, res.Truncated = f.TTFT, f.Truncated
 		res.Replica = f.Header.Get("X-Llmesh-Replica")
+		if req.Trailers && req.Chat.Stream && !f.ClientGone {
+			// The far node's stream carried its cost comment; its
+			// trailer carried the cost.
+			SetCostTrailer(sink.Header(), f.Cost)
+		}
 		switch {
 		case f.ClientGone:
 			return c.fail(OutcomeCanceled, "client went away")

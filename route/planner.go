@@ -53,6 +53,13 @@ type Request struct {
 	// max_ttft); zero: none. A provider whose every replica is predicted
 	// to start later goes after the other compliant providers (Spill).
 	MaxTTFT time.Duration
+	// Tags is the request's canonical tag set (ParseTags: sorted,
+	// comma-joined; "" for none), carried across forwards: its cost is
+	// attributed to it.
+	Tags string
+	// Trailers means the client sent TE: trailers: a stream's cost is
+	// also sent as an HTTP trailer.
+	Trailers bool
 
 	prefix PromptPrefix // its prompt's prefix, hashed on first use (Prefix)
 }

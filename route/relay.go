@@ -161,9 +161,9 @@ func (c *call) commitStream() {
 // relayEvent accounts one data event and writes it to the client; false
 // means the stream ends here.
 func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
-	skip := false
+	skip, usage := false, false
 	if u, ok := chunkUsage(data); ok {
-		c.a.usage, st.sawUsage = u, true
+		c.a.usage, st.sawUsage, usage = u, true, true
 		// Asked for by the node, not the client: keep it back.
 		skip = !c.req.Chat.IncludeUsage && isUsageOnly(data)
 	} else if !isError && emptyChoices(data) {
@@ -177,8 +177,14 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 		st.keep(data)
 	}
 	if !skip {
-		out := data
-		if b, ok := withModel(st.named, data, c.t.answerModel()); ok {
+		out, b, ok := data, st.named, false
+		if usage { // the usage the client asked for says what it costs
+			cost, _ := settledCost(c.t, Report{Answered: true, Known: true, Usage: c.a.usage})
+			b, ok = withModelCost(st.named, data, c.t.answerModel(), cost, true)
+		} else {
+			b, ok = withModel(st.named, data, c.t.answerModel())
+		}
+		if ok {
 			st.named, out = b, b
 		}
 		st.out = appendEvent(st.out[:0], out)
@@ -232,17 +238,21 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 	case !a.committed:
 		return c.fail(OutcomeBadResponse, "stream ended before its first event")
 	case complete && c.req.Chat.API == APIResponses:
-		// The terminal event, relayed, ends a Responses stream.
+		// The terminal event, relayed, ends a Responses stream; the cost
+		// follows it.
 		a.Outcome = OutcomeOK
 		a.stored = c.stored(st.respID, a.usage)
-		if err := c.sink.Flush(); err != nil {
-			c.fail(OutcomeCanceled, "client flush: %v", err)
+		if c.write(c.streamCost(st.out[:0])) {
+			if err := c.sink.Flush(); err != nil {
+				c.fail(OutcomeCanceled, "client flush: %v", err)
+			}
 		}
 		drainAfterDone(resp, c.timer, st.out[:cap(st.out)])
 		return a
 	case complete:
 		a.Outcome = OutcomeOK
-		if c.write(doneEvent) {
+		st.out = append(c.streamCost(st.out[:0]), doneEvent...)
+		if c.write(st.out) {
 			if err := c.sink.Flush(); err != nil {
 				c.fail(OutcomeCanceled, "client flush: %v", err)
 			}
@@ -263,6 +273,7 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 		streamErr.Outcome = OutcomeBroken
 	}
 	if st.sawErrEvent {
+		_ = c.write(c.streamCost(st.out[:0]))
 		_ = c.sink.Flush()
 		return streamErr
 	}
@@ -271,10 +282,22 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 	if c.req.Chat.API == APIResponses {
 		st.out = st.responsesStreamError(streamErr.Detail)
 	}
+	st.out = append(c.streamCost(nil), st.out...)
 	if c.write(st.out) {
 		_ = c.sink.Flush()
 	}
 	return streamErr
+}
+
+// streamCost appends the comment that tells a stream's client what it
+// cost (what the attempt settles) to b and, when the client sent TE:
+// trailers, sets the cost trailer too.
+func (c *call) streamCost(b []byte) []byte {
+	cost, _ := settledCost(c.t, c.a.report())
+	if c.req.Trailers {
+		SetCostTrailer(c.sink.Header(), cost)
+	}
+	return AppendCostComment(b, cost)
 }
 
 // appendEvent appends data as one server-sent event: every line of it

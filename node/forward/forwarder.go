@@ -139,7 +139,7 @@ func (f *Forwarder) Forward(ctx context.Context, req *route.Request, t *route.Ta
 	return f.Hop(ctx, Hop{Addr: mem.Meta.RPC, Peer: t.Via, Req: req, Note: routeNote, In: &pb.ForwardRequest{
 		Origin: f.cfg.Name, RequestId: req.ID, Tenant: req.Tenant, Key: req.Key, Residency: string(req.Residency.Jurisdiction),
 		StrictTransit: req.StrictTransit, Session: req.Session, Provider: t.Provider(), Body: req.Chat.WithModel(t.Offer.Model.Name),
-		Spill: t.Spill, Api: req.Chat.API.String(),
+		Spill: t.Spill, Api: req.Chat.API.String(), Tags: req.Tags,
 	}}, sink)
 }
 
