@@ -64,6 +64,8 @@ type BudgetHolder struct {
 	recalls    func(context.Context) ([]string, error)
 	lastPoll   time.Time
 	shortRetry bool // a waiter went unserved by the last sync: retry soon
+	// spend is the node's charges, reported with each sync; nil: none.
+	spend *SpendTally
 }
 
 type localLease struct {
@@ -117,6 +119,15 @@ func (h *BudgetHolder) SetRecalls(f func(context.Context) ([]string, error)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.recalls = f
+}
+
+// SetSpend has the holder's syncs report the charges tallied in t, every
+// tenant's (a node syncs while it has charges to report, budgets or
+// not). Call it before Run.
+func (h *BudgetHolder) SetSpend(t *SpendTally) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.spend = t
 }
 
 // Hold is one reservation of a tenant's budget, out of a lease's escrow.

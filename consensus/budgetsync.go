@@ -71,6 +71,11 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 			}
 		}
 	}
+	if h.spend != nil {
+		if c.Spend = h.spend.Reports(); len(c.Spend) > 0 {
+			quiet = false
+		}
+	}
 	if quiet && h.synced {
 		h.mu.Unlock()
 		return nil
@@ -90,6 +95,9 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	}
 	if err != nil || r.Sync == nil {
 		return err
+	}
+	if h.spend != nil {
+		h.spend.Ack(r.Sync.SpendSeq)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -120,7 +128,7 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 // no escrow to ask for. Most syncs of a node with many tenants are quiet,
 // and a simulator runs hundreds of holders.
 func (h *BudgetHolder) quietLocked(now time.Time) bool {
-	if len(h.retired) > 0 {
+	if len(h.retired) > 0 || h.spend != nil && h.spend.Pending() {
 		return false
 	}
 	for _, l := range h.leases {

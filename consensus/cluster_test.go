@@ -232,7 +232,8 @@ type escrowSlot struct {
 	h      atomic.Pointer[BudgetHolder]
 	cancel context.CancelFunc
 	fa     atomic.Pointer[faultyApply]
-	frozen atomic.Bool // no traffic and no sync: a stopped process
+	frozen atomic.Bool                // no traffic and no sync: a stopped process
+	tally  atomic.Pointer[SpendTally] // the boot's charges, reported with its syncs
 }
 
 // escrowRun is one run of escrowUnderFaults: three nodes spending one
@@ -256,6 +257,9 @@ func (e *escrowRun) start(ctx context.Context, n int) {
 	e.slots[n].fa.Store(fa)
 	h := NewBudgetHolder(fmt.Sprintf("node%d", n), fa.apply, budgeted)
 	h.interval, h.ttl = 20*time.Millisecond, 2*time.Second
+	tally := NewSpendTally()
+	h.SetSpend(tally)
+	e.slots[n].tally.Store(tally)
 	hctx, cancel := context.WithCancel(ctx)
 	e.slots[n].h.Store(h)
 	e.slots[n].cancel = cancel
@@ -278,6 +282,7 @@ func (e *escrowRun) spend(ctx context.Context, n int) {
 				actual := upper * rr.Float64()
 				e.charged.Add(int64(RoundNanos(actual)))
 				hold.Settle(actual)
+				e.slots[n].tally.Load().Charge("acme", fmt.Sprint("key-", n%2), []string{"", "team:a"}[rr.IntN(2)], "m", "p", actual)
 			}
 			time.Sleep(time.Millisecond) // pacing: about a thousand requests a second per node
 		}
@@ -335,7 +340,9 @@ func (e *escrowRun) quiesce(t *testing.T) {
 		h.mu.Lock()
 		h.crashed, h.closing = false, false
 		h.mu.Unlock()
-		wait.For(t, 10*time.Second, "a holder's final sync", func() bool { return h.sync(context.Background(), true) == nil })
+		wait.For(t, 10*time.Second, "a holder's final sync, its spend reported", func() bool {
+			return h.sync(context.Background(), true) == nil && !s.tally.Load().Pending()
+		})
 	}
 }
 
@@ -368,6 +375,23 @@ func (e *escrowRun) checkBooks(t *testing.T) {
 		t.Fatalf("settled %v, charged %v: with no crash they must be equal", settled, got)
 	case got > settled || got < settled-forfeited:
 		t.Fatalf("charged %v outside [settled %v - written off %v, settled]", got, settled, forfeited)
+	}
+	// Spend is attributed once per report whatever was lost, repeated or
+	// reordered: all of it with no crash; with crashes, no more than was
+	// charged, and no less than what the crashed boots' escrow covered.
+	var byTenant, byKey SpendView
+	if err := c.servers[l].ReadLinearizable(func(led *Ledger) {
+		byTenant, byKey = led.Spend(SpendQuery{By: DimTenant}), led.Spend(SpendQuery{By: DimKey})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	switch att := byTenant.Total.Nanos; {
+	case byKey.Total != byTenant.Total || sumRows(byKey) != att:
+		t.Fatalf("by key %+v does not add up to the total %+v", byKey, byTenant.Total)
+	case e.crashed == 0 && att != got:
+		t.Fatalf("attributed %v, charged %v: with no crash they must be equal", att, got)
+	case att > got || att < got-forfeited:
+		t.Fatalf("attributed %v outside [charged %v - written off %v, charged]", att, got, forfeited)
 	}
 	t.Logf("charged %v over %d day(s) through %d voters (%d killed, %d node crashes, %d nodes frozen, %v written off)", got, len(books), e.voters, e.killed, e.crashed, e.frozen, forfeited)
 }
@@ -479,4 +503,12 @@ func TestParkedLeaseLostReleaseSettlesOnce(t *testing.T) {
 	if want := RoundNanos(0.00004); b.Settled != want || b.Overspend != 0 {
 		t.Fatalf("settled %v (want %v), overspend %v", b.Settled, want, b.Overspend)
 	}
+}
+
+func sumRows(v SpendView) Nanos {
+	var n Nanos
+	for _, r := range v.Rows {
+		n += r.Nanos
+	}
+	return n
 }

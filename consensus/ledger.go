@@ -147,6 +147,8 @@ type nodeSeq struct {
 	Boot  int64  `json:"boot"` // the boot the epoch was assigned to
 	Epoch int64  `json:"epoch"`
 	Seq   uint64 `json:"seq"`
+	// SpendSeq is the last spend report of the boot applied.
+	SpendSeq uint64 `json:"spend_seq,omitempty"`
 }
 
 type applied struct {
@@ -171,6 +173,10 @@ type state struct {
 	Handover *RateHandover `json:"rate_handover,omitempty"`
 	// Shares are the rate shares granted, by provider.
 	Shares map[string]*rateBook `json:"shares,omitempty"`
+	// Spend is the spend attributed to each tenant (spend.go), and
+	// SpendPruned the hour its old buckets were last dropped.
+	Spend       map[string]*spendBook `json:"spend,omitempty"`
+	SpendPruned int64                 `json:"spend_pruned,omitempty"`
 }
 
 // Ledger is the pure state machine behind Raft: deterministic, no clock,

@@ -200,7 +200,7 @@ func (c *Client) rates(ctx context.Context, node string, boot int64, demands []D
 }
 
 // Read returns a JSON view of the ledger: "books", "tenants", "rates",
-// "recalls" or "peers". Linearizable reads are served by the leader after a barrier;
+// "recalls", "peers" or a SpendQuery's (SpendQuery.Encode). Linearizable reads are served by the leader after a barrier;
 // stale ones by this node's replica, or any voter's for a non-voter. It
 // reports which it was.
 func (c *Client) Read(ctx context.Context, what string, linearizable bool) ([]byte, bool, error) {
@@ -247,7 +247,17 @@ func (s *Server) view(what string, linearizable bool) ([]byte, error) {
 		err = read(func(l *Ledger) { v = l.Recalls() })
 	case "peers":
 		v, err = s.Peers()
+	case "spend":
+		err = fmt.Errorf("%w: the spend view takes a query (SpendQuery.Encode)", ErrInvalid)
 	default:
+		if q, ok := strings.CutPrefix(what, "spend?"); ok {
+			sq, perr := ParseSpendQuery(q)
+			if perr != nil {
+				return nil, perr
+			}
+			err = read(func(l *Ledger) { v = l.Spend(sq) })
+			break
+		}
 		return nil, fmt.Errorf("%w: unknown view %q", ErrInvalid, what)
 	}
 	if err != nil {

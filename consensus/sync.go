@@ -57,6 +57,9 @@ type SyncCmd struct {
 	Want  []WantItem  `json:"want,omitempty"`
 	// TTL is how long the node's leases last from this sync, in ns.
 	TTL int64 `json:"ttl"`
+	// Spend is what the node charged and the ledger has not acknowledged
+	// (every tenant's, budgeted or not), in reports oldest first.
+	Spend []SpendReport `json:"spend,omitempty"`
 }
 
 // UsageItem is the cumulative spend on one lease.
@@ -92,6 +95,9 @@ type SyncResult struct {
 	// epoch: nothing in it was applied, and an older epoch's node must
 	// not spend.
 	Stale bool `json:"stale,omitempty"`
+	// SpendSeq is the last of the node's spend reports the ledger has
+	// applied (this boot's): the node drops what it sent up to it.
+	SpendSeq uint64 `json:"spend_seq,omitempty"`
 }
 
 // LeaseView is a lease as its node sees it.
@@ -159,6 +165,12 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 		return r
 	}
 	seq.Seq = c.Seq
+	for _, r := range c.Spend {
+		if r.Seq > seq.SpendSeq {
+			l.attribute(r.Rows, now)
+			seq.SpendSeq = r.Seq
+		}
+	}
 	for _, u := range c.Usage {
 		b := l.s.Books[u.Tenant+"/"+u.Period]
 		if b == nil {
@@ -230,7 +242,7 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 	if seq == nil {
 		return r
 	}
-	r.Epoch = seq.Epoch
+	r.Epoch, r.SpendSeq = seq.Epoch, seq.SpendSeq
 	var keys []string
 	for k, b := range l.s.Books {
 		if le := b.Leases[node]; le != nil && le.Epoch == seq.Epoch {
