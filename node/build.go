@@ -146,6 +146,7 @@ func (n *Node) buildRequestPath(catalog *route.Catalog, health route.HealthView,
 		Observer:  n.metrics,
 		Clock:     n.now,
 		Redactor:  n.red,
+		Charges:   n.chargeRecorder(),
 	})
 }
 

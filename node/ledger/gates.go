@@ -36,6 +36,17 @@ func (g budgetGate) Reserve(ctx context.Context, tenant string, usd float64, pri
 	return hold, nil
 }
 
+// Charges is the node's spend tally as route's charge recorder: every
+// charge this node settles is reported to the ledger with its syncs.
+func (l *Ledger) Charges() route.ChargeRecorder { return chargeRecorder{l.spend} }
+
+type chargeRecorder struct{ t *consensus.SpendTally }
+
+// Charged implements route.ChargeRecorder.
+func (c chargeRecorder) Charged(ch route.Charge) {
+	c.t.Charge(ch.Tenant, ch.Key, ch.Tags, ch.Model, ch.Provider, ch.USD)
+}
+
 // RouteError maps the budget holder's errors to route's, keeping their
 // messages: a *consensus.RetryAfterError becomes a *route.RetryAfterError
 // (so it matches route.ErrRateLimited), and an error matching

@@ -41,6 +41,9 @@ type Ledger struct {
 	now      func() time.Time
 	// fileTenants are the file's, which hold where the ledger has none.
 	fileTenants []config.Tenant
+	// spend tallies every charge this node settles, reported with the
+	// budget holder's syncs.
+	spend *consensus.SpendTally
 
 	// budgeted holds the tenants with a budget, once read from the
 	// ledger; until then it holds nil and every tenant is held to escrow.
@@ -124,6 +127,8 @@ func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
 	l.client = consensus.NewClient(s.Name, l.server, l.members, auth)
 	l.budgets = consensus.NewBudgetHolder(s.Name, l.client.Apply, func() map[string]bool { return *l.budgeted.Load() })
 	l.budgets.SetAdmission(s.AdmissionQueue)
+	l.spend = consensus.NewSpendTally()
+	l.budgets.SetSpend(l.spend)
 	l.budgets.SetRecalls(func(ctx context.Context) ([]string, error) {
 		b, _, err := l.client.Read(ctx, "recalls", false)
 		if err != nil {

@@ -43,6 +43,9 @@ func TestJSONNames(t *testing.T) {
 		{Samples{}, "cached_tokens,omitempty cost_usd,omitempty errors,omitempty latency_ms_sum,omitempty prompt_tokens,omitempty requests,omitempty ttft_count,omitempty ttft_ms_sum,omitempty"},
 		{Observation{}, "decisions error,omitempty node rate_shares region series"},
 		{MeshObservation{}, "node nodes series"},
+		{Spend{}, "by consistency from requests rows series step tenant,omitempty total_nanos total_usd until"},
+		{SpendRow{}, "label,omitempty name nanos requests share tenant usd"},
+		{SpendPoint{}, "nanos rows_nanos start usd"},
 	} {
 		typ := reflect.TypeOf(tc.view)
 		var got []string
