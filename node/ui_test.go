@@ -184,8 +184,8 @@ func TestDashboardInChromium(t *testing.T) {
 		until(`document.querySelectorAll("#map g.region").length === 3`),
 		chromedp.WaitVisible(`#map g.region[data-region="ap-south"] g.node[data-node="ap-1"][data-state="alive"]`),
 		chromedp.WaitVisible(`#map g.region[data-region="eu-west"] g.provider[data-provider="gpu-eu"]`))
-	for range 5 {
-		if resp := postAs(t, f.urls["us"], euKey, hello); resp.StatusCode != 200 {
+	for i := range 5 {
+		if resp := postAs(t, f.urls["us"], euKey, hello, "X-LLMesh-Tags", []string{"team:dash", "team:dash,app:ui"}[i%2]); resp.StatusCode != 200 {
 			t.Fatalf("eu tenant at us: %s", resp.Status)
 		}
 	}
@@ -196,6 +196,24 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WaitVisible(`#chart-latency path[data-key="gpu-eu"]`),
 		chromedp.WaitVisible(`tr[data-request][data-at="us-1"]`))
 	t.Logf("map: %s; requests chart: %s points", text(`#map-summary`), eval[string](br, `document.querySelector("#chart-requests").dataset.points`))
+
+	// Spend over time, from the ledger: bars by key, then by tag set
+	// once the operator picks it, with a row for each set.
+	run("spend by key, drawn", 20*time.Second,
+		until(`Number(document.querySelector("#chart-spend")?.dataset.bars) > 0`),
+		chromedp.WaitVisible(`#chart-spend rect[data-key^="acme-eu: "]`),
+		chromedp.WaitVisible(`tr[data-spend^="acme-eu/"]`))
+	run("spend by tag set", 20*time.Second,
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`(() => { const s = document.querySelector("#spend-by"); s.value = "tag";
+				return s.dispatchEvent(new Event("change")); })()`)(ctx, tg)
+			return err
+		}),
+		chromedp.WaitVisible(`#chart-spend rect[data-key="acme-eu: team:dash"]`),
+		chromedp.WaitVisible(`#chart-spend rect[data-key="acme-eu: app:ui,team:dash"]`),
+		chromedp.WaitVisible(`tr[data-spend="acme-eu/team:dash"]`),
+		until(`document.querySelector("#spend-summary").textContent.includes("counts once, under its set of tags")`))
+	t.Logf("spend: %s; %s bars", text(`#spend-summary`), eval[string](br, `document.querySelector("#chart-spend").dataset.bars`))
 
 	// gpu-ap is only reachable in ap-south: ap-1's probes find it down,
 	// and eu-1's dashboard learns of it through gossip.

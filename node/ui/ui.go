@@ -27,7 +27,7 @@ import (
 	"time"
 )
 
-//go:embed index.html login.html app.js mesh.js app.css
+//go:embed index.html login.html app.js mesh.js spend.js app.css
 var files embed.FS
 
 const (
@@ -87,7 +87,7 @@ func contentType(name string) (string, bool) {
 	switch name {
 	case "", "index.html":
 		return "text/html; charset=utf-8", true
-	case "app.js", "mesh.js":
+	case "app.js", "mesh.js", "spend.js":
 		return "text/javascript; charset=utf-8", true
 	case "app.css":
 		return "text/css; charset=utf-8", true
