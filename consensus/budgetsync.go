@@ -51,25 +51,8 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		}
 	}
 	if !release {
-		// Tenants with a budget, and any the request path found missing
-		// escrow for (before the budgeted set is known, every tenant is).
-		wanted := map[string]bool{}
-		for tenant := range h.budgeted() {
-			wanted[tenant] = true
-		}
-		for tenant := range h.need {
-			wanted[tenant] = true
-		}
-		for _, tenant := range sortedKeys(wanted) {
-			if w := h.wantLocked(tenant, now); w > 0 {
-				var free Nanos
-				if l := h.leases[tenant]; l != nil && now.Before(l.expires) {
-					free = max(l.free(), 0)
-				}
-				c.Want = append(c.Want, WantItem{Tenant: tenant, Amount: w, Need: max(h.headLocked(tenant)-free, 0)})
-				quiet = false
-			}
-		}
+		c.Want = h.wantsLocked(now)
+		quiet = quiet && len(c.Want) == 0
 	}
 	if h.spend != nil {
 		if c.Spend = h.spend.Reports(); len(c.Spend) > 0 {
@@ -121,6 +104,30 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	h.shortRetry = len(r.Sync.Exhausted) > 0
 	h.serveLocked(h.now())
 	return nil
+}
+
+// wantsLocked is the escrow to ask for: for tenants with a budget, and
+// any the request path found missing escrow for (before the budgeted set
+// is known, every tenant is).
+func (h *BudgetHolder) wantsLocked(now time.Time) []WantItem {
+	wanted := map[string]bool{}
+	for tenant := range h.budgeted() {
+		wanted[tenant] = true
+	}
+	for tenant := range h.need {
+		wanted[tenant] = true
+	}
+	var out []WantItem
+	for _, tenant := range sortedKeys(wanted) {
+		if w := h.wantLocked(tenant, now); w > 0 {
+			var free Nanos
+			if l := h.leases[tenant]; l != nil && now.Before(l.expires) {
+				free = max(l.free(), 0)
+			}
+			out = append(out, WantItem{Tenant: tenant, Amount: w, Need: max(h.headLocked(tenant)-free, 0)})
+		}
+	}
+	return out
 }
 
 // quietLocked reports, without allocating, whether a sync would have
