@@ -143,6 +143,17 @@ func (p *costProbe) expect(what, cost string) {
 	}
 }
 
+// expectWhole checks a whole answer: its header's cost is what the
+// providers charged, and its usage (rawUsage) says the same.
+func (p *costProbe) expectWhole(what, rawUsage string) {
+	p.t.Helper()
+	cost := p.hdr.Header.Get("X-LLMesh-Cost")
+	p.expect(what, cost)
+	if c := usageCost(p.t, rawUsage); c != cost {
+		p.t.Fatalf("%s: usage.cost %q, X-LLMesh-Cost %q", what, c, cost)
+	}
+}
+
 var (
 	costMsgs  = []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What does it cost?")}
 	withUsage = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
@@ -158,11 +169,7 @@ func (p *costProbe) chat() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cost := p.hdr.Header.Get("X-LLMesh-Cost")
-	p.expect("chat", cost)
-	if c := usageCost(t, chat.Usage.RawJSON()); c != cost {
-		t.Fatalf("chat: usage.cost %q, X-LLMesh-Cost %q", c, cost)
-	}
+	p.expectWhole("chat", chat.Usage.RawJSON())
 	p.begin()
 	cs := p.oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", Messages: costMsgs, MaxTokens: openai.Int(9),
 		StreamOptions: withUsage}, option.WithResponseInto(&p.hdr))
@@ -177,7 +184,7 @@ func (p *costProbe) chat() {
 	if err := cs.Err(); err != nil || acc.Usage.CompletionTokens != 9 {
 		t.Fatalf("chat stream: %v, usage %+v", err, acc.Usage)
 	}
-	cost = streamCost(t, p.raw.String())
+	cost := streamCost(t, p.raw.String())
 	p.expect("chat stream", cost)
 	if chunkCost != cost || p.hdr.Header.Get("X-LLMesh-Cost") != "" {
 		t.Fatalf("chat stream: usage.cost %q, comment %q, header %q", chunkCost, cost, p.hdr.Header.Get("X-LLMesh-Cost"))
@@ -193,11 +200,7 @@ func (p *costProbe) completions() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cost := p.hdr.Header.Get("X-LLMesh-Cost")
-	p.expect("completions", cost)
-	if c := usageCost(t, comp.Usage.RawJSON()); c != cost {
-		t.Fatalf("completions: usage.cost %q, X-LLMesh-Cost %q", c, cost)
-	}
+	p.expectWhole("completions", comp.Usage.RawJSON())
 	p.begin()
 	params.StreamOptions = withUsage
 	ls := p.oc.Completions.NewStreaming(ctx, params, option.WithResponseInto(&p.hdr))
@@ -210,7 +213,7 @@ func (p *costProbe) completions() {
 	if err := ls.Err(); err != nil {
 		t.Fatal(err)
 	}
-	cost = streamCost(t, p.raw.String())
+	cost := streamCost(t, p.raw.String())
 	p.expect("completions stream", cost)
 	if chunkCost != cost {
 		t.Fatalf("completions stream: usage.cost %q, comment %q", chunkCost, cost)
@@ -228,11 +231,7 @@ func (p *costProbe) responses() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cost := p.hdr.Header.Get("X-LLMesh-Cost")
-	p.expect("responses", cost)
-	if c := usageCost(t, r.Usage.RawJSON()); c != cost {
-		t.Fatalf("responses: usage.cost %q, X-LLMesh-Cost %q", c, cost)
-	}
+	p.expectWhole("responses", r.Usage.RawJSON())
 	p.begin()
 	rs := p.oc.Responses.NewStreaming(ctx, rp, option.WithResponseInto(&p.hdr))
 	completed := false

@@ -146,12 +146,8 @@ func withModelCost(dst, data []byte, name string, usd float64, withCost bool) ([
 // its cost: the value of a cost member replaced, or one added before the
 // object's closing brace.
 func usageCostEdit(data []byte) (splice, bool) {
-	v, ok := topValue(data, `"usage"`)
-	if !ok || data[v] != '{' {
-		return splice{}, false
-	}
-	end := valueEnd(data, v)
-	if end < 0 {
+	v, end, ok := usageMember(data)
+	if !ok {
 		return splice{}, false
 	}
 	u := data[v:end]
@@ -164,4 +160,21 @@ func usageCostEdit(data []byte) (splice, bool) {
 	i := skipSpace(u, 1)
 	brace := v + len(u) - 1 // the object's closing brace
 	return splice{start: brace, end: brace, key: true, comma: i < len(u) && u[i] != '}'}, true
+}
+
+// usageMember is where the top-level "usage" object of the JSON object
+// data lies, if it has one.
+func usageMember(data []byte) (start, end int, ok bool) { return objectMember(data, `"usage"`) }
+
+// objectMember is where the value of data's top-level member key
+// (quoted) lies, if it is an object.
+func objectMember(data []byte, key string) (start, end int, ok bool) {
+	v, ok := topValue(data, key)
+	if !ok || data[v] != '{' {
+		return 0, 0, false
+	}
+	if end = valueEnd(data, v); end < 0 {
+		return 0, 0, false
+	}
+	return v, end, true
 }

@@ -337,12 +337,8 @@ func chunkUsage(data []byte) (Usage, bool) {
 		bytes.Contains(data, []byte(`"usage":null`)) && !bytes.Contains(data, []byte(`"usage":{`)) {
 		return Usage{}, false
 	}
-	v, ok := topValue(data, `"usage"`)
-	if !ok || data[v] != '{' {
-		return Usage{}, false
-	}
-	end := valueEnd(data, v)
-	if end < 0 {
+	v, end, ok := usageMember(data)
+	if !ok {
 		return Usage{}, false
 	}
 	var u Usage

@@ -168,16 +168,7 @@ func eventType(data []byte) []byte {
 // responseMember locates the "response" object of a Responses stream
 // event (response.created, .completed ...): data[start:end]; ok false
 // when it has none.
-func responseMember(data []byte) (start, end int, ok bool) {
-	v, ok := topValue(data, `"response"`)
-	if !ok || data[v] != '{' {
-		return 0, 0, false
-	}
-	if end = valueEnd(data, v); end < 0 {
-		return 0, 0, false
-	}
-	return v, end, true
-}
+func responseMember(data []byte) (start, end int, ok bool) { return objectMember(data, `"response"`) }
 
 // withResponseModel renames the model of the Response object an event
 // carries, as withModel renames a whole answer's.
