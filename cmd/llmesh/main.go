@@ -26,7 +26,7 @@ Usage:
   llmesh budgets [-consistency C]   limit, settled, reserved and remaining per tenant
   llmesh budgets set TENANT USD     change a tenant's budget (-period day|month|total)
   llmesh budgets forfeit NODE       write off the escrow of a node that will not return
-  llmesh spend [-by D] [-since DUR] spend by tenant, key, tag, model or provider, from the ledger (-tenant NAME)
+  llmesh spend [-by D] [-since T]   spend by tenant, key, tag, model or provider, from the ledger (-tenant NAME)
   llmesh tenants [list]             tenants, their residency, key ids (never keys) and revoked key ids
   llmesh tenants add TENANT         a new tenant (-residency J, -strict), or a new key for one: printed once
   llmesh tenants rotate TENANT      a new key, and the old ones revoked (-keep keeps them)

@@ -195,3 +195,19 @@ func TestSpendAddsUpAcrossTheMesh(t *testing.T) {
 		t.Fatalf("llmesh spend -by tag:\n%s", table)
 	}
 }
+
+// The spend table names a key by its label where the ledger has one, adds
+// the rows up to a total, and says how tag sets count.
+func TestVerbSpendTable(t *testing.T) {
+	addr := fakeNode(t, map[string]string{"/v1/mesh/spend": `{"by":"key","step":"hour","from":"2026-12-01T10:00:00Z",
+		"until":"2026-12-01T12:30:00Z","total_usd":0.0000015,"total_nanos":1500,"requests":3,"consistency":"linearizable","series":[],
+		"rows":[{"tenant":"acme","name":"0123456789ab","label":"app-a","usd":0.000001,"nanos":1000,"requests":2,"share":0.6667},
+		{"tenant":"acme","name":"ba9876543210","usd":0.0000005,"nanos":500,"requests":1,"share":0.3333}]}`})
+	out := runCLI(t, "spend", "-addr", addr, "-by", "key")
+	for _, re := range []string{`TENANT +KEY +USD +REQUESTS +SHARE`, `acme +app-a \(0123456789ab\) +\$0\.000001000 +2 +66\.7%`,
+		`acme +ba9876543210 +\$0\.000000500 +1 +33\.3%`, `TOTAL +\$0\.000001500 +3`, `linearizable read`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("spend table lacks %s:\n%s", re, out)
+		}
+	}
+}

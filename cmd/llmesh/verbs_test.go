@@ -18,7 +18,7 @@ func TestVerbConnectionErrorsNameTheAddress(t *testing.T) {
 		{"status", "-addr", addr}, {"members", "-addr", addr}, {"providers", "-addr", addr}, {"join", "-addr", addr, "127.0.0.1:2"},
 		{"budgets", "-addr", addr}, {"budgets", "set", "-addr", addr, "t1", "1"}, {"budgets", "forfeit", "-addr", addr, "n1"},
 		{"raft", "peers", "-addr", addr}, {"drain", "-addr", addr}, {"leave", "-addr", addr}, {"ready", "-addr", addr},
-		{"tenants", "-addr", addr},
+		{"tenants", "-addr", addr}, {"spend", "-addr", addr},
 	} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if err == nil {
