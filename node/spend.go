@@ -69,7 +69,7 @@ func (n *Node) spendView(v consensus.SpendView, tenant string, linearizable bool
 			sr.Share = float64(row.Nanos) / float64(v.Total.Nanos)
 		}
 		if v.By == consensus.DimKey {
-			sr.Label = n.keyLabel(row.Tenant, row.Name)
+			sr.Label = n.tenants.Load().KeyName(row.Tenant, row.Name)
 		}
 		out.Rows = append(out.Rows, sr)
 	}
@@ -82,10 +82,6 @@ func (n *Node) spendView(v consensus.SpendView, tenant string, linearizable bool
 	}
 	return out
 }
-
-// keyLabel is the name the ledger gives tenant's key id, "" when it
-// gives none (keys have ids only, so far).
-func (n *Node) keyLabel(tenant, id string) string { return "" }
 
 // parseSince reads since: "" (24 hours), a duration back from now (Go's
 // syntax, or whole days as "7d") or an RFC 3339 time.

@@ -1,6 +1,8 @@
 package node_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -28,8 +30,14 @@ func send(t *testing.T, url, key, body string, hdr ...string) (int, string, http
 // with a series for charts. Malformed tags are refused 400, naming the
 // header or field, in the endpoint's error shape.
 func TestSpendThroughAForward(t *testing.T) {
+	euSum := sha256.Sum256([]byte(euKey))
 	f := startRegions(t, regionsUpstreams(emulator.Config{}), func(_ string, c *node.Config) {
 		c.Node.Voter, c.Node.BootstrapExpect, c.Node.Raft, c.Node.DataDir = true, 3, "127.0.0.1:0", t.TempDir()
+		for i := range c.Tenants {
+			if c.Tenants[i].Name == "acme-eu" {
+				c.Tenants[i].Keys = append(c.Tenants[i].Keys, node.KeySection{Name: "eu-app", KeySHA256: hex.EncodeToString(euSum[:])})
+			}
+		}
 	})
 	us := f.urls["us"]
 	costs := map[string]int64{}
@@ -64,6 +72,11 @@ func TestSpendThroughAForward(t *testing.T) {
 	if len(got) != 2 || got["app:fwd,team:eu"] != costs["app:fwd,team:eu"] || got["team:eu"] != costs["team:eu"] ||
 		v.Consistency != "linearizable" || v.Step != "hour" || len(v.Series) != 1 || v.Series[0].Nanos != v.TotalNanos {
 		t.Fatalf("spend by tag %+v, want %v", v, costs)
+	}
+	// By key, the key is named as the ledger names it, never shown.
+	if getJSON(t, us+"/v1/mesh/spend?by=key&since=1h", "", &v); len(v.Rows) != 1 || v.Rows[0].Label != "eu-app" ||
+		v.Rows[0].Name != hex.EncodeToString(euSum[:])[:12] || v.Rows[0].Nanos != v.TotalNanos {
+		t.Fatalf("spend by key: %+v", v.Rows)
 	}
 	// A stale read is us-1's own replica's, which catches up.
 	wait.For(t, 5*time.Second, "us-1's replica to hold the spend", func() bool {
