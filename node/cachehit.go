@@ -56,7 +56,7 @@ func (n *Node) executeCached(ctx context.Context, in *inbound, req *route.Reques
 	}
 	if e, ok := n.cache.Get(key, n.now()); ok {
 		n.metrics.CacheLookup("hit", n.cache.Bytes())
-		return n.replayHit(sink, e), nil
+		return n.replayHit(sink, req, e), nil
 	}
 	n.metrics.CacheLookup("miss", n.cache.Bytes())
 	sink.Header()[cacheHeader] = []string{"miss"}
@@ -101,8 +101,12 @@ func (n *Node) cacheKey(in *inbound, req *route.Request, rt *routing) (cache.Key
 // replayHit answers from the stored entry e: its headers (the provider
 // that made it among them), the node's own, then its body or events.
 // X-LLMesh-Route says it was a hit; the Result costs nothing.
-func (n *Node) replayHit(sink answerSink, e *cache.Entry) *route.Result {
+func (n *Node) replayHit(sink answerSink, req *route.Request, e *cache.Entry) *route.Result {
 	res := &route.Result{CacheHit: true, Provider: e.Provider}
+	var last []byte // a stream's cost, as every stream ends: nothing
+	if e.Stream() {
+		last = route.AppendCostComment(nil, 0)
+	}
 	err := e.Replay(sink, func(h http.Header) {
 		h["X-Llmesh-Via"] = []string{n.s.Name}
 		h["X-Llmesh-Route"] = []string{res.Route()}
@@ -110,9 +114,13 @@ func (n *Node) replayHit(sink answerSink, e *cache.Entry) *route.Result {
 		if n.draining.Load() {
 			h["Connection"] = []string{"close"} // as execute tells every client of a draining node
 		}
-		// A hit's cost is res.Cost, 0: the header every answer's cost
-		// is given in is set here for a hit.
-	})
+		// A hit costs nothing, told as every answer's cost is.
+		if !e.Stream() {
+			h[route.HeaderCost] = []string{route.FormatCost(0)}
+		} else if req.Trailers {
+			route.SetCostTrailer(h, 0)
+		}
+	}, last)
 	res.ClientGone = err != nil
 	return res
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,10 @@ func startCached(t testing.TB, edit ...func(*node.Config)) *fixture {
 
 const zeroTemp = `{"model":"gpt-4o-mini","temperature":0,"max_tokens":6,"messages":[{"role":"user","content":"What is a mesh?"}]}`
 
+// zeroCostRe finds the costs an answer tells, in usage and in a
+// stream's cost comment.
+var zeroCostRe = regexp.MustCompile(`("cost":|: X-LLMesh-Cost: )[0-9.e-]+`)
+
 // providerCalls is how many requests the provider p received.
 func (f *fixture) providerCalls() int64 { return f.emus["p"].Stats().Requests }
 
@@ -59,10 +64,16 @@ func TestCacheHitRepeatsTheAnswer(t *testing.T) {
 		if first.StatusCode != 200 || first.Header.Get("X-LLMesh-Cache") != "miss" || second.Header.Get("X-LLMesh-Cache") != "hit" {
 			t.Fatalf("%s: %d %q then %q", body, first.StatusCode, first.Header.Get("X-LLMesh-Cache"), second.Header.Get("X-LLMesh-Cache"))
 		}
-		if secondBody != firstBody || f.providerCalls() != calls {
-			t.Fatalf("the hit: %d more provider calls, body\n%s\nwant\n%s", f.providerCalls()-calls, secondBody, firstBody)
+		// The same answer, but free: usage.cost and the cost told are 0.
+		want := zeroCostRe.ReplaceAllString(firstBody, "${1}0")
+		if secondBody != want || secondBody == firstBody || f.providerCalls() != calls {
+			t.Fatalf("the hit: %d more provider calls, body\n%s\nwant\n%s", f.providerCalls()-calls, secondBody, want)
 		}
 		h := second.Header
+		if strings.Contains(body, "stream") != strings.Contains(secondBody, "\n: X-LLMesh-Cost: 0\n\ndata: [DONE]") ||
+			strings.Contains(body, "stream") == (h.Get("X-LLMesh-Cost") == "0") {
+			t.Fatalf("a hit's cost is not told as 0: header %q, body\n%s", h.Get("X-LLMesh-Cost"), secondBody)
+		}
 		if h.Get("X-LLMesh-Provider") != "p" || h.Get("X-LLMesh-Node") != "test-1" || h.Get("X-LLMesh-Via") != "test-1" ||
 			!strings.HasPrefix(h.Get("X-LLMesh-Route"), "cache hit") || h.Get("Content-Type") != first.Header.Get("Content-Type") {
 			t.Fatalf("hit headers %v", h)

@@ -178,9 +178,11 @@ func memberValue(obj []byte, key string) int {
 
 // Replay writes e to s as its answer was written: its headers (and
 // extra's, set after them), then its body, or its events one by one,
-// each flushed. It returns the first error writing to s: the client is
-// gone.
-func (e *Entry) Replay(s Sink, extra func(http.Header)) error {
+// each flushed, with last, when given, as the stream's last event before
+// its "data: [DONE]" (after its last event when it has none): a note
+// such as its cost, which the recording left out. It returns the first
+// error writing to s: the client is gone.
+func (e *Entry) Replay(s Sink, extra func(http.Header), last []byte) error {
 	h := s.Header()
 	for k, v := range e.Header {
 		h[k] = v
@@ -195,7 +197,13 @@ func (e *Entry) Replay(s Sink, extra func(http.Header)) error {
 		return err
 	}
 	s.WriteHeader(http.StatusOK)
-	for _, ev := range e.Events {
+	for i, ev := range e.Events {
+		if last != nil && i == len(e.Events)-1 && bytes.HasPrefix(ev, done) {
+			if _, err := s.Write(last); err != nil {
+				return err
+			}
+			last = nil
+		}
 		if _, err := s.Write(ev); err != nil {
 			return err
 		}
@@ -203,5 +211,14 @@ func (e *Entry) Replay(s Sink, extra func(http.Header)) error {
 			return err
 		}
 	}
+	if last != nil {
+		if _, err := s.Write(last); err != nil {
+			return err
+		}
+		return s.Flush()
+	}
 	return nil
 }
+
+// done opens a chat or completions stream's last event.
+var done = []byte("data: [DONE]")

@@ -54,7 +54,7 @@ func TestRecordAndReplayWhole(t *testing.T) {
 		t.Fatalf("entry %+v %v", e, ok)
 	}
 	hit := newSink()
-	if err := e.Replay(hit, func(h http.Header) { h.Set("X-Llmesh-Cache", "hit") }); err != nil {
+	if err := e.Replay(hit, func(h http.Header) { h.Set("X-Llmesh-Cache", "hit") }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if hit.Code != 200 || hit.Body.String() != live.Body.String() || hit.Header().Get("X-Llmesh-Provider") != "azure-eu" ||
@@ -92,7 +92,7 @@ func TestRecordAndReplayStream(t *testing.T) {
 		}
 	}
 	hit := newSink()
-	if err := e.Replay(hit, nil); err != nil {
+	if err := e.Replay(hit, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if hit.Body.String() != strings.Join(want, "") || hit.flushes != 4 || hit.Header().Get("Content-Length") != "" {
@@ -100,7 +100,7 @@ func TestRecordAndReplayStream(t *testing.T) {
 	}
 	gone := newSink()
 	gone.fail = true
-	if err := e.Replay(gone, nil); err == nil {
+	if err := e.Replay(gone, nil, nil); err == nil {
 		t.Fatal("a replay to a client gone did not fail")
 	}
 }
@@ -164,7 +164,7 @@ func BenchmarkHit(b *testing.B) {
 			b.Fatal("miss")
 		}
 		clear(sink.h)
-		if err := e.Replay(sink, nil); err != nil {
+		if err := e.Replay(sink, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
