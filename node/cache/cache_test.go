@@ -137,6 +137,16 @@ func TestKeys(t *testing.T) {
 		{"responses", `{"model":"m","temperature":0,"input":"x"}`, true, true},
 		{"responses", `{"model":"m","temperature":0,"input":"x","store":false}`, true, false},
 		{"responses", `{"model":"m","temperature":0,"input":"x","store":false,"previous_response_id":"resp_1"}`, true, true},
+		// A conversation's items change with every turn, and a turn
+		// adds to it: a replay would answer from a stale conversation and
+		// leave the turn out of it.
+		{"responses", `{"model":"m","temperature":0,"input":"x","store":false,"conversation":"conv_1"}`, true, true},
+		{"responses", `{"model":"m","temperature":0,"input":"x","store":false,"conversation":{"id":"conv_1"}}`, true, true},
+		{"responses", `{"model":"m","temperature":0,"input":"x","store":false,"conversation":null}`, true, false},
+		// A chat completion stored at the provider (for its evals or
+		// distillation) is stored only by a call.
+		{"chat", `{"model":"m","temperature":0,"store":true,"messages":[]}`, true, true},
+		{"chat", `{"model":"m","temperature":0,"store":false,"messages":[]}`, true, false},
 	} {
 		got := inspect(Scope{Endpoint: c.endpoint}, c.body)
 		if got.Reusable != c.reusable || got.Stateful != c.stateful || got.Reusable != (got.Why == "") {
