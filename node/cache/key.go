@@ -36,7 +36,10 @@ type Request struct {
 	Why string
 	// Stateful means it must never be answered from the cache, even when
 	// asked: a Responses request that stores its response (store is not
-	// false) or continues one (previous_response_id).
+	// false), continues one (previous_response_id) or takes part in a
+	// conversation (conversation), whose items change with every turn
+	// and which a turn adds to; a chat completion the provider is to
+	// store (store: true).
 	Stateful bool
 }
 
@@ -65,10 +68,13 @@ func Inspect(scope Scope, body []byte) (Request, error) {
 	r := Request{Key: keyOf(scope, doc)}
 	r.Why = reuse(scope.Endpoint, doc)
 	r.Reusable = r.Why == ""
-	if scope.Endpoint == "responses" {
-		store, stored := doc["store"].(bool)
+	store, stored := doc["store"].(bool)
+	switch scope.Endpoint {
+	case "responses":
 		prev, _ := doc["previous_response_id"].(string)
-		r.Stateful = !stored || store || prev != ""
+		r.Stateful = !stored || store || prev != "" || doc["conversation"] != nil
+	case "chat":
+		r.Stateful = store
 	}
 	return r, nil
 }

@@ -12,7 +12,7 @@ func newCacheMetrics(f func(prometheus.Collector) prometheus.Collector) cacheMet
 	return cacheMetrics{
 		cacheRequests: f(prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_cache_requests_total",
-			Help: "Client requests the response cache could serve, by result: hit (answered from the cache, no provider called), miss (sent on; stored if it completes), bypass (opted in or asked for, but not reusable: not at temperature 0, more than one choice, tools, a stateful Responses request, or X-LLMesh-Cache: off).",
+			Help: "Client requests the response cache could serve, by result: hit (answered from the cache, no provider called), miss (sent on; stored if it completes), bypass (opted in or asked for, but not reusable: not at temperature 0, more than one choice, tools, a stateful request (a Responses request that stores or continues a response or is in a conversation, a chat completion with store: true), or X-LLMesh-Cache: off).",
 		}, []string{"result"})).(*prometheus.CounterVec),
 		cacheBytes: f(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmesh_cache_bytes",
