@@ -209,6 +209,20 @@ func TestCacheEligibility(t *testing.T) {
 	}
 }
 
+// Without cache.enabled X-LLMesh-Cache does nothing: whatever it says,
+// the request is served as any other and its answer says nothing of a
+// cache.
+func TestCacheHeaderWithoutCache(t *testing.T) {
+	f := startNode(t, []upstream{{name: "p", kind: "openai", in: 1, out: 2}}, nil)
+	for _, v := range []string{"on", "off", "hit", "maybe"} {
+		resp := postAs(t, f.url, testKey, zeroTemp, "X-LLMesh-Cache", v)
+		readAll(t, resp.Body)
+		if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Cache") != "" {
+			t.Errorf("X-LLMesh-Cache: %s: %d %q", v, resp.StatusCode, resp.Header.Get("X-LLMesh-Cache"))
+		}
+	}
+}
+
 // Embeddings and Anthropic's Messages, whole and streamed, are cached as
 // chat is: a hit on the second, through the official clients.
 func TestCacheOtherEndpoints(t *testing.T) {
