@@ -74,15 +74,16 @@ func (n *Node) executeCached(ctx context.Context, in *inbound, req *route.Reques
 // node has a cache, a client sent the request, and its tenant or group
 // opted in or it asks (X-LLMesh-Cache: on), and not off; and it is
 // reusable (cache.Inspect), or asked for and not stateful. A request
-// opted in or asking that may not use the cache is counted a bypass. A
-// header other than on or off is refused.
+// opted in or asking that may not use the cache is counted a bypass. On
+// a node with a cache, a header other than on or off is refused; without
+// one the header does nothing.
 func (n *Node) cacheKey(in *inbound, req *route.Request, rt *routing) (cache.Key, bool, error) {
+	if n.cache == nil || in.origin != fromClient {
+		return cache.Key{}, false, nil
+	}
 	ask := strings.ToLower(strings.TrimSpace(in.cache))
 	if ask != "" && ask != "on" && ask != "off" {
 		return cache.Key{}, false, &route.InvalidRequestError{Param: "X-LLMesh-Cache", Msg: "\"" + in.cache + "\" must be on or off"}
-	}
-	if n.cache == nil || in.origin != fromClient {
-		return cache.Key{}, false, nil
 	}
 	g := rt.catalog.Group(req.Chat.Model)
 	optedIn := n.s.Cache.Tenants[req.Tenant] || g != nil && g.Cache
