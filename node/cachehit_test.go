@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/node"
 	"github.com/llmesh/llmesh/node/audit"
 	"github.com/llmesh/llmesh/node/views"
+	"github.com/llmesh/llmesh/sim/emulator"
 	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
@@ -206,6 +208,43 @@ func TestCacheEligibility(t *testing.T) {
 	}
 	if !strings.Contains(readAll(t, mustGet(t, f.url+"/metrics").Body), `llmesh_cache_requests_total{result="bypass"} 6`) {
 		t.Error("bypasses not counted: twice each sampled, without temperature, off")
+	}
+}
+
+// Only a complete 200 is stored: a stream the provider broke off (the
+// client told so by an error event), a refusal or an error is not, and
+// the same request is sent to the provider again, then served from the
+// cache once answered whole.
+func TestCacheStoresOnlyCompleteAnswers(t *testing.T) {
+	f := startCached(t)
+	for i, c := range []struct {
+		mode   emulator.Mode
+		stream bool
+	}{{emulator.ModeCut, true}, {emulator.ModeCut, false}, {emulator.ModeContentFilter, false}, {emulator.ModeError, true}} {
+		// Each case asks its own question: another key.
+		body := strings.Replace(zeroTemp, "a mesh", "mesh "+strconv.Itoa(i), 1)
+		if c.stream {
+			body = strings.Replace(body, `{`, `{"stream":true,`, 1)
+		}
+		if err := f.emus["p"].SetMode(c.mode); err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, postAs(t, f.url, testKey, body).Body)
+		if err := f.emus["p"].SetMode(emulator.ModeUp); err != nil {
+			t.Fatal(err)
+		}
+		calls := f.providerCalls()
+		for j, want := range []string{"miss", "hit"} {
+			resp := postAs(t, f.url, testKey, body)
+			got := readAll(t, resp.Body)
+			if resp.StatusCode != 200 || resp.Header.Get("X-LLMesh-Cache") != want || strings.Contains(got, `"error"`) {
+				t.Fatalf("%s, stream %v, then up, request %d: %d %q, want %s\n%s", c.mode, c.stream, j, resp.StatusCode,
+					resp.Header.Get("X-LLMesh-Cache"), want, got)
+			}
+		}
+		if n := f.providerCalls() - calls; n != 1 {
+			t.Fatalf("%s, stream %v: %d provider calls for a miss and a hit", c.mode, c.stream, n)
+		}
 	}
 }
 
