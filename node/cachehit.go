@@ -60,7 +60,8 @@ func (n *Node) executeCached(ctx context.Context, in *inbound, req *route.Reques
 	}
 	n.metrics.CacheLookup("miss", n.cache.Bytes())
 	sink.Header()[cacheHeader] = []string{"miss"}
-	rec := &recordingSink{Recorder: cache.NewRecorder(sink, n.cache.MaxEntry()), inner: sink}
+	rec := &recordingSink{Recorder: n.cache.Recorder(sink), inner: sink}
+	defer rec.Release()
 	res, err := n.executeGoverned(ctx, in, req, rt, rec)
 	if err == nil && res != nil && res.Target != nil && !res.Truncated && !res.ClientGone {
 		if e, ok := rec.Entry(res.Provider, n.now()); ok && n.cache.Put(key, e, n.now()) {

@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -67,6 +68,9 @@ type Cache struct {
 	mu    sync.Mutex
 	lru   *simplelru.LRU[Key, *Entry]
 	bytes int64
+	// recording is what the recorders in flight hold (Recorder), bounded
+	// by MaxBytes apart from the entries.
+	recording atomic.Int64
 }
 
 // New returns an empty cache bounded by cfg.
@@ -82,6 +86,24 @@ func New(cfg Config) *Cache {
 // one answer never pushes out most of the others. A recorder stops
 // copying an answer past it.
 func (c *Cache) MaxEntry() int64 { return c.cfg.MaxBytes / 16 }
+
+// Recorder records what is written to s, to store once complete: at
+// most MaxEntry bytes of it, and while the recorders in flight together
+// hold at most MaxBytes. Past either its copy is dropped (the answer
+// passes on, and is not stored). Release gives back what it held.
+func (c *Cache) Recorder(s Sink) *Recorder {
+	return &Recorder{Sink: s, limit: c.MaxEntry(), pool: c}
+}
+
+// take counts n more bytes held by a recorder in flight, unless the
+// recorders would hold more than MaxBytes.
+func (c *Cache) take(n int64) bool {
+	if c.recording.Add(n) > c.cfg.MaxBytes {
+		c.recording.Add(-n)
+		return false
+	}
+	return true
+}
 
 // Get returns the live entry under k, made the most recently used.
 func (c *Cache) Get(k Key, now time.Time) (*Entry, bool) {

@@ -33,11 +33,23 @@ type Recorder struct {
 	header http.Header
 	buf    []byte
 	over   bool
+	pool   *Cache // whose recordings in flight it counts in; nil: none
+	held   int64  // what it counts there
 }
 
 // NewRecorder records what is written to s, up to limit bytes: past it
-// the copy is dropped and the answer is not stored.
+// the copy is dropped and the answer is not stored. Cache.Recorder
+// bounds the recordings in flight too.
 func NewRecorder(s Sink, limit int64) *Recorder { return &Recorder{Sink: s, limit: limit} }
+
+// Release gives back to the cache what the recorder held; its entry, if
+// stored, is counted there since. It may be called more than once.
+func (r *Recorder) Release() {
+	if r.pool != nil && r.held > 0 {
+		r.pool.recording.Add(-r.held)
+		r.held = 0
+	}
+}
 
 // WriteHeader notes the status and the headers to keep, and passes them
 // on.
@@ -56,13 +68,24 @@ func (r *Recorder) WriteHeader(status int) {
 // Write passes p on and keeps a copy of it.
 func (r *Recorder) Write(p []byte) (int, error) {
 	if !r.over {
-		if int64(len(r.buf)+len(p)) > r.limit {
-			r.over, r.buf = true, nil
-		} else {
-			r.buf = append(r.buf, p...)
-		}
+		r.keep(p)
 	}
 	return r.Sink.Write(p)
+}
+
+// keep copies p, or drops the copy for good past the recorder's limit or
+// the cache's bound on the recordings in flight.
+func (r *Recorder) keep(p []byte) {
+	n := int64(len(p))
+	if int64(len(r.buf))+n > r.limit || r.pool != nil && !r.pool.take(n) {
+		r.over, r.buf = true, nil
+		r.Release()
+		return
+	}
+	if r.pool != nil {
+		r.held += n
+	}
+	r.buf = append(r.buf, p...)
 }
 
 // Entry is the recorded answer as an entry to store, made by provider: a

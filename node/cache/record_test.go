@@ -176,3 +176,46 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) WriteHeader(int)             {}
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) Flush() error                { return nil }
+
+// The copies recorders in flight hold are bounded by MaxBytes together,
+// however many answers are on their way: past it a recorder drops its
+// copy (the answer still passes on) and stores nothing; what each held
+// is given back when released.
+func TestRecordingsBounded(t *testing.T) {
+	c := New(Config{TTL: time.Hour, MaxBytes: 1 << 20})
+	chunk := []byte(strings.Repeat("x", 60<<10)) // under MaxEntry, 64 KiB
+	var recs []*Recorder
+	dropped := 0
+	for range 20 {
+		live := newSink()
+		r := c.Recorder(live)
+		r.Header().Set("Content-Type", "application/json")
+		r.WriteHeader(200)
+		if _, err := r.Write(chunk); err != nil || live.Body.Len() != len(chunk) {
+			t.Fatalf("the answer did not pass on: %v", err)
+		}
+		if got := c.recording.Load(); got > 1<<20 {
+			t.Fatalf("recordings in flight hold %d bytes, over MaxBytes", got)
+		}
+		if _, ok := r.Entry("p", time.Unix(1, 0)); !ok {
+			dropped++
+		}
+		recs = append(recs, r)
+	}
+	if want := 20 - (1<<20)/len(chunk); dropped != want {
+		t.Fatalf("%d recorders dropped their copies, want %d", dropped, want)
+	}
+	for _, r := range recs {
+		r.Release()
+		r.Release()
+	}
+	if got := c.recording.Load(); got != 0 {
+		t.Fatalf("%d bytes still counted once every recorder is released", got)
+	}
+	r := c.Recorder(newSink())
+	r.WriteHeader(200)
+	_, _ = r.Write(chunk)
+	if _, ok := r.Entry("p", time.Unix(1, 0)); !ok {
+		t.Fatal("a recorder after the others were released dropped its copy")
+	}
+}
