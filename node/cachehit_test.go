@@ -102,9 +102,14 @@ func TestCacheHitRepeatsTheAnswer(t *testing.T) {
 	if n := f.providerCalls(); n != 2 {
 		t.Fatalf("the provider was called %d times for two distinct requests", n)
 	}
-	metrics := readAll(t, mustGet(t, f.url+"/metrics").Body)
-	for _, want := range []string{`llmesh_cache_requests_total{result="hit"} 4`, `llmesh_cache_requests_total{result="miss"} 2`,
-		`llmesh_requests_total{code="200",endpoint="chat",model="gpt-4o-mini",provider="cache"} 4`} {
+	// A stream's client has its last event before the node accounts the
+	// request: the count of answers is waited for.
+	var metrics string
+	wait.For(t, 10*time.Second, "the fourth hit counted among the answers", func() bool {
+		metrics = readAll(t, mustGet(t, f.url+"/metrics").Body)
+		return strings.Contains(metrics, `llmesh_requests_total{code="200",endpoint="chat",model="gpt-4o-mini",provider="cache"} 4`)
+	})
+	for _, want := range []string{`llmesh_cache_requests_total{result="hit"} 4`, `llmesh_cache_requests_total{result="miss"} 2`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
