@@ -9,11 +9,15 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
+// openaiSection is a provider section of the kind openai the provider
+// tests edit.
+func openaiSection() ProviderSection {
+	return ProviderSection{Name: "gpu-eu", Region: "eu-west", BaseURL: "http://10.0.1.10:8000", APIKeyEnv: "KEY",
+		Limits: RateSection{RPM: 600}, Models: []ModelSection{{Name: "llama", Upstream: "meta/llama", InputUSDPerMTok: 0.05}}}
+}
+
 func TestResolveProviders(t *testing.T) {
-	openai := func() ProviderSection {
-		return ProviderSection{Name: "gpu-eu", Region: "eu-west", BaseURL: "http://10.0.1.10:8000", APIKeyEnv: "KEY",
-			Limits: RateSection{RPM: 600}, Models: []ModelSection{{Name: "llama", Upstream: "meta/llama", InputUSDPerMTok: 0.05}}}
-	}
+	openai := openaiSection
 	azure := func() ProviderSection {
 		return ProviderSection{Name: "az", Kind: "azure", Region: "us-east", Reach: "region", Jurisdictions: []string{"us", "eu"},
 			Replicas: ReplicaURLs("https://a.example", "https://b.example"), APIVersion: "2024-10-21",
@@ -98,12 +102,17 @@ func TestResolveProviders(t *testing.T) {
 			"providers[0].models[1].input_usd_per_mtok: must not be negative", "providers[0].models[1].output_usd_per_mtok: must not be negative",
 			"providers[0].models[1].cached_input_usd_per_mtok: must not be negative",
 			"providers[0].models[1].max_output_tokens: must not be negative", `providers[0].models[2].name: "m" is listed twice`}, "\n")},
-		// A cached price is kept as given, above the input price too, and
-		// 0 is a free cache, not the default.
-		{name: "cached prices", edit: with(edited(openai(), func(p *ProviderSection) {
-			p.Models = []ModelSection{{Name: "a", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.1)},
-				{Name: "b", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.0)}, {Name: "c", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(2.0)}}
-		})), want: func(s *Runtime) {
+	})
+}
+
+// A cached price is kept as given, above the input price too, and 0 is a
+// free cache, not the default.
+func TestResolveProvidersCachedPrices(t *testing.T) {
+	p := openaiSection()
+	p.Models = []ModelSection{{Name: "a", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.1)},
+		{Name: "b", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.0)}, {Name: "c", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(2.0)}}
+	testSection(t, resolveProviders, []section{resolveRegions}, []sectionCase{
+		{name: "cached prices", edit: func(f *File) { f.Providers = []ProviderSection{p} }, want: func(s *Runtime) {
 			s.Providers = []route.Provider{{Name: "gpu-eu", Kind: route.KindOpenAI, Region: "eu-west", Reach: route.ReachGlobal, Jurisdictions: region.NewSet("eu"),
 				BaseURL: "http://10.0.1.10:8000", APIKey: "provider-secret", RPM: 600,
 				Models: []route.Model{{Name: "a", InputUSDPerMTok: 1, CachedInputUSDPerMTok: new(0.1)},
