@@ -49,6 +49,9 @@ func DevConfig() *File {
 	c.Regions = []RegionSection{{Name: "eu-west", Jurisdiction: "eu"}, {Name: "us-east", Jurisdiction: "us"}}
 	c.Providers = devProviders()
 	c.Tenants = []TenantSection{{Name: "dev", Budget: &BudgetSection{USD: 5, Period: "day"}}}
+	// The response cache is on, for the requests that ask for it
+	// (X-LLMesh-Cache: on); no tenant is opted in.
+	c.Cache.Enabled = true
 	return c
 }
 
