@@ -1,0 +1,9 @@
+// Package soak holds minutes-long tests of whole meshes under load: nodes
+// in-process on loopback, real Raft, emulated providers, driven for a
+// minute or two to show that a guarantee holds over time (keys' and
+// providers' mesh-wide rate limits in every 60 s window, a rate share
+// spilling to peers through a leader's death, tens of thousands of
+// streams relayed whole). It has no code but its tests, kept apart from
+// node's so that each package's tests stay well within go test's default
+// timeout; the longest skip under -short.
+package soak
