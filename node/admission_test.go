@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node"
-	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // chatStatus sends one chat completion with the official client, retries
@@ -217,105 +213,4 @@ func histogramQuantiles(t *testing.T, url, name string) []float64 {
 		return math.Inf(1)
 	}
 	return []float64{q(0.5), q(0.99)}
-}
-
-// A provider with rpm 600 shared by three nodes, all demand (15 requests
-// a second, above the capacity) arriving at one node, and the leader
-// killed a third of the way in: that node is served at 90% of the
-// capacity or more, forwarding through the peers whose share it cannot
-// use itself, before and after the kill; the provider never sees more
-// than 600 requests in any 60 s window.
-func TestRateShareSpillsToPeersThroughALeaderKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for 80 s")
-	}
-	srv := startRecorded(t)
-	m := startMeshWith(t, 3, nil, voters(t, 3, func(i int, c *node.Config) {
-		c.Providers = []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", Reach: "global", BaseURL: srv.url,
-			Limits: node.RateSection{RPM: 600}, Models: []node.ModelSection{{Name: "gpt-4o-mini"}}}}
-	}), fastRaft)
-	leader := func() int {
-		for i, u := range m.urls {
-			var doc struct{ Peers []consensus.Peer }
-			if getJSON(t, u+"/v1/mesh/raft/peers", "", &doc) == 200 {
-				for _, p := range doc.Peers {
-					if p.Leader {
-						return slices.IndexFunc(m.nodes, func(n *node.Node) bool { return n.Name() == p.ID })
-					}
-				}
-			}
-			_ = i
-		}
-		return -1
-	}
-	var lead int
-	wait.For(t, 10*time.Second, "a leader", func() bool { lead = leader(); return lead >= 0 })
-	busy := (lead + 1) % 3 // the demand arrives at a node that is not the leader
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var codes sync.Map
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	wg.Go(func() {
-		tick := time.NewTicker(time.Second / 15)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			wg.Go(func() {
-				resp := postTo(t, m.urls[busy], hello)
-				n, _ := codes.LoadOrStore(resp.StatusCode, new(atomic.Int64))
-				n.(*atomic.Int64).Add(1)
-			})
-		}
-	})
-	shares := func() []string {
-		var out []string
-		for _, u := range m.urls {
-			if resp, err := http.Get(u + "/metrics"); err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				for _, line := range strings.Split(string(b), "\n") {
-					if strings.HasPrefix(line, `llmesh_rate_share_per_minute{dimension="requests",provider="limited"} `) {
-						out = append(out, strings.Fields(line)[1])
-					}
-				}
-			}
-		}
-		return out
-	}
-	// The load runs throughout; the kill comes a third of the way in.
-	time.Sleep(20 * time.Second) // the load's window before the kill; nothing is awaited
-	before := shares()
-	m.nodes[lead].Kill()
-	time.Sleep(60 * time.Second) // and after it
-	t.Logf("shares before the kill %v, at the end %v", before, shares())
-	stop()
-	wg.Wait()
-	times := srv.arrivals()
-	worst := busiestMinute(times)
-	in := func(from, to time.Duration) int {
-		i, _ := slices.BinarySearchFunc(times, t0.Add(from), func(a, b time.Time) int { return a.Compare(b) })
-		j, _ := slices.BinarySearchFunc(times, t0.Add(to), func(a, b time.Time) int { return a.Compare(b) })
-		return j - i
-	}
-	early, late := in(5*time.Second, 65*time.Second), in(20*time.Second, 80*time.Second)
-	var per10 []int
-	for s := time.Duration(0); s < 80*time.Second; s += 10 * time.Second {
-		per10 = append(per10, in(s, s+10*time.Second))
-	}
-	t.Logf("the provider's arrivals per 10 s: %v", per10)
-	got := map[int]int64{}
-	codes.Range(func(k, v any) bool { got[k.(int)] = v.(*atomic.Int64).Load(); return true })
-	t.Logf("answers at %s: %v; the provider saw %d in 5-65 s, %d in 20-80 s (leader %s killed at 20 s); busiest 60 s window %d",
-		m.nodes[busy].Name(), got, early, late, m.nodes[lead].Name(), worst)
-	if worst > 600 {
-		t.Fatalf("the provider saw %d requests within 60 s; limit 600", worst)
-	}
-	if early < 540 || late < 540 {
-		t.Fatalf("served %d and %d requests a minute of a capacity of 600: less than 90%%", early, late)
-	}
 }
