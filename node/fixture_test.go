@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -213,8 +212,6 @@ func mustGet(t *testing.T, url string) *http.Response {
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
 }
-
-func envSet(k string) bool { return os.Getenv(k) != "" }
 
 func listen(t testing.TB) net.Listener {
 	t.Helper()
