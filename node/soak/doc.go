@@ -5,5 +5,8 @@
 // spilling to peers through a leader's death, tens of thousands of
 // streams relayed whole). It has no code but its tests, kept apart from
 // node's so that each package's tests stay well within go test's default
-// timeout; the longest skip under -short.
+// timeout; the longest skip under -short. The rate tests run in parallel
+// with one another: each spends its minutes waiting on the clock at a
+// few requests a second, not on the CPU. The stream soak, which is bound
+// by the CPU, runs before them, alone.
 package soak

@@ -144,12 +144,14 @@ func TestKeyRateLimitAcrossThreeNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for over two minutes")
 	}
+	t.Parallel()
 	driveKeyRate(t, 120, 125*time.Second, 1)
 }
 
 // The same at a tenth of the limit, in a third of a minute: 12 requests
 // a minute, driven at 90, through three nodes; the first window only.
 func TestKeyRateLimitAcrossThreeNodesQuick(t *testing.T) {
+	t.Parallel()
 	m := driveKeyRate(t, 12, 20*time.Second, 0.5)
 	counted := 0
 	for _, u := range m.urls {

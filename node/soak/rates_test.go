@@ -22,6 +22,7 @@ func TestRateSharedByThreeNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for over a minute")
 	}
+	t.Parallel()
 	srv := startRecorder(t)
 	m := startVoters(t, []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", BaseURL: srv.url,
 		Limits: node.RateSection{RPM: 600}, Models: []node.ModelSection{{Name: "gpt-4o-mini"}}}}, nil)
@@ -71,6 +72,7 @@ func TestRateShareSpillsToPeersThroughALeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 80 s")
 	}
+	t.Parallel()
 	srv := startRecorder(t)
 	m := startVoters(t, []node.ProviderSection{{Name: "limited", Kind: "openai", Region: "eu-west", Reach: "global", BaseURL: srv.url,
 		Limits: node.RateSection{RPM: 600}, Models: []node.ModelSection{{Name: "gpt-4o-mini"}}}}, nil)
