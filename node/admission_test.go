@@ -1,8 +1,6 @@
 package node_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -17,30 +15,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmesh/llmesh/node"
+	"github.com/llmesh/llmesh/sim/loadtest"
 )
-
-// chatStatus sends one chat completion with the official client, retries
-// off, and returns the HTTP status (200 on success).
-func chatStatus(t *testing.T, c openai.Client, maxTokens int64) int {
-	t.Helper()
-	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model:     "gpt-4o-mini",
-		MaxTokens: openai.Int(maxTokens),
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("spend")},
-	})
-	var apiErr *openai.Error
-	switch {
-	case err == nil:
-		return 200
-	case errors.As(err, &apiErr):
-		if apiErr.StatusCode == 429 && testing.Verbose() {
-			t.Logf("429: %s", apiErr.Message)
-		}
-		return apiErr.StatusCode
-	}
-	t.Errorf("request failed without an answer: %v", err)
-	return 0
-}
 
 // A tenant with a $0.05 total budget and a burst of 200 requests, 24 at
 // a time, spread over three nodes (and over ten: three voters and seven
@@ -85,7 +61,7 @@ func burst(t *testing.T, nodes int) {
 	for w := range 24 {
 		wg.Go(func() {
 			for i := next.Add(1); i <= 200; i = next.Add(1) {
-				count(chatStatus(t, clients[w%nodes], 5+i%16))
+				count(loadtest.ChatStatus(t, clients[w%nodes], 5+i%16))
 			}
 		})
 	}
@@ -112,7 +88,7 @@ func burst(t *testing.T, nodes int) {
 	// Each node now refuses with 402, at once.
 	for i, c := range clients {
 		start := time.Now()
-		code := chatStatus(t, c, 20)
+		code := loadtest.ChatStatus(t, c, 20)
 		if took := time.Since(start); code != http.StatusPaymentRequired || took > time.Second {
 			t.Fatalf("node %d answered %d after %v once the budget was spent; want 402 within a second", i, code, took)
 		}
@@ -156,7 +132,7 @@ func TestRampIsNeverRefused(t *testing.T) {
 		for ; sent < due; sent++ {
 			c := clients[sent%3]
 			wg.Go(func() {
-				code := chatStatus(t, c, 16)
+				code := loadtest.ChatStatus(t, c, 16)
 				n, _ := codes.LoadOrStore(code, new(atomic.Int64))
 				n.(*atomic.Int64).Add(1)
 			})
