@@ -52,6 +52,19 @@ func loadTokenizer(t *testing.T) {
 	}
 }
 
+// startProvider starts an emulated provider, p, of OpenAI's kind serving
+// gpt-4o-mini at in and out USD per million tokens, and returns it and
+// the provider section that names it.
+func startProvider(t *testing.T, in, out float64) (*emulator.Emulator, node.ProviderSection) {
+	t.Helper()
+	loadTokenizer(t)
+	ec := emulator.DefaultConfig()
+	ec.Name, ec.Models = "p", map[string]emulator.Price{"gpt-4o-mini": {InputUSDPerMTok: in, OutputUSDPerMTok: out}}
+	e := harness.StartEmulator(t, ec)
+	return e, node.ProviderSection{Name: "p", Kind: "openai", Region: "eu-west", BaseURL: e.URL(), MetricsPath: "off",
+		Models: []node.ModelSection{{Name: "gpt-4o-mini", InputUSDPerMTok: in, OutputUSDPerMTok: out}}}
+}
+
 // mesh is three nodes in one process, each a voter of the ledger.
 type mesh struct {
 	nodes []*node.Node
@@ -124,17 +137,23 @@ func post(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
+// metrics is the node at url's /metrics, line by line; none when the
+// node does not answer.
+func metrics(url string) []string {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return nil
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return strings.Split(string(b), "\n")
+}
+
 // metric is the sample of series (its name and labels, as /metrics
 // writes them) at the node at url, as written; "" when the node does
 // not answer or has no such sample.
 func metric(url, series string) string {
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		return ""
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range metrics(url) {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
 		}

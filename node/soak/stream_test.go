@@ -25,13 +25,8 @@ import (
 // URL and the emulator.
 func startStreamNode(t *testing.T) (string, *emulator.Emulator) {
 	t.Helper()
-	loadTokenizer(t)
-	ec := emulator.DefaultConfig()
-	ec.Name, ec.Models = "p", map[string]emulator.Price{"gpt-4o-mini": {}}
-	e := harness.StartEmulator(t, ec)
-	n := harness.StartNode(t, nodeConfig("test-1", "eu-west", []node.ProviderSection{{Name: "p", Kind: "openai", Region: "eu-west",
-		BaseURL: e.URL(), MetricsPath: "off", Models: []node.ModelSection{{Name: "gpt-4o-mini"}}}}),
-		node.Options{Getenv: func(string) string { return "" }})
+	e, p := startProvider(t, 0, 0)
+	n := harness.StartNode(t, nodeConfig("test-1", "eu-west", []node.ProviderSection{p}), node.Options{Getenv: func(string) string { return "" }})
 	return "http://" + n.HTTPAddr(), e
 }
 

@@ -1,5 +1,5 @@
 //go:build !race
 
-package node_test
+package soak_test
 
 const raceDetector = false

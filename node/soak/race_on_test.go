@@ -1,6 +1,6 @@
 //go:build race
 
-package node_test
+package soak_test
 
 // raceDetector says the tests run under the race detector, which makes
 // the nodes several times slower: load tests scale their rates down.
