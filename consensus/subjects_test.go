@@ -189,3 +189,35 @@ func TestReportingHolderFreezesWhileItAsks(t *testing.T) {
 		t.Fatal("admitted past what it reported after a failed renewal")
 	}
 }
+
+// A small capacity (a key's few requests a minute) is granted whole to
+// the one node that uses it: a node that reports what it sent and asks
+// for nothing is granted nothing (it asks when a request waits), and a
+// node whose part of the division would come to less than one request
+// takes nothing from the busy node's part. (Before, every node wanted
+// at least one request: an idle node held one of 4 until its next
+// renewal, and kept the busy one at 3 of 4 for good, so that the key
+// was refused 429 before its limit.)
+func TestIdleHolderLeavesSmallCapacityWhole(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := rateLedger(t, 4, 0)
+	ask := func(node string, seq uint64, want float64, at time.Duration) float64 {
+		return renew(t, l, node, 1, []Demand{{Provider: "p", WantRPM: want, Nodes: 2, Reports: true, Seq: seq}}, now.Add(at))[0].RPM
+	}
+	if idle, busy := ask("b", 1, 0, 0), ask("a", 1, 15, time.Second); idle != 0 || busy != 4 {
+		t.Fatalf("the idle node was granted %v, then the busy one %v of 4", idle, busy)
+	}
+	ask("b", 2, 1, 2*time.Second) // b asks for a little: its part is less than one request
+	if busy := ask("a", 2, 15, 3*time.Second); busy != 4 {
+		t.Fatalf("beside a node that asks for a little, the busy one was granted %v of 4", busy)
+	}
+	// Both busy: the division is in proportion again, renewal by renewal.
+	var a, b float64
+	for i := range uint64(10) {
+		a = ask("a", 3+i, 15, time.Duration(4+2*i)*time.Second)
+		b = ask("b", 3+i, 15, time.Duration(5+2*i)*time.Second)
+	}
+	if a != 2 || b != 2 {
+		t.Fatalf("both busy: a %v, b %v of 4", a, b)
+	}
+}
