@@ -153,11 +153,21 @@ func ratesCommand(node string, boot int64, demands []Demand, lease, window time.
 
 // clampWant bounds a node's stated demand to what any capacity could be
 // (a peer's bug must not make a share NaN or infinite in the ledger).
-func clampWant(v float64) float64 {
-	if math.IsNaN(v) {
-		return 1
+// A node that asks for nothing wants one, so that it can send at once
+// when a request comes; one that reports what it sent (reports) wants
+// nothing then: it asks for share when a request waits for it
+// (RateHolder.Kick), and an idle node's one would keep a small capacity
+// (a key's few requests a minute) from the node that uses it until the
+// idle node's next renewal.
+func clampWant(v float64, reports bool) float64 {
+	least := 1.0
+	if reports {
+		least = 0
 	}
-	return min(max(v, 1), 1e15)
+	if math.IsNaN(v) {
+		return least
+	}
+	return min(max(v, least), 1e15)
 }
 
 func finiteWant(v float64) float64 {
@@ -227,7 +237,7 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 		if c.Boot != 0 {
 			h.Boot = c.Boot
 		}
-		h.WantRPM, h.WantTPM, h.Seen = clampWant(d.WantRPM), clampWant(d.WantTPM), now
+		h.WantRPM, h.WantTPM, h.Seen = clampWant(d.WantRPM, d.Reports), clampWant(d.WantTPM, d.Reports), now
 		g := RateGrant{Provider: d.Provider, RPM: -1, TPM: -1}
 		rec := rateGrant{Expires: now + lease}
 		if capy.RPM > 0 {
@@ -289,7 +299,20 @@ func (rb *rateBook) share(node string, now, lease, window int64, nodes int, c fl
 	}
 	target := wantOf(rb.Holders[node])
 	if total > c {
-		target = c * target / total
+		// A holder whose part of the division comes to less than one
+		// (request or token) is granted nothing when it asks: its want
+		// takes nothing from the others' parts either, or a small
+		// capacity (a key's few requests a minute) would never reach
+		// whole the node that uses it.
+		rest := total
+		for _, name := range names {
+			if h := rb.Holders[name]; name != node && h.Seen != 0 && now-h.Seen <= lease && c*wantOf(h)/total < 1 {
+				rest -= wantOf(h)
+			}
+		}
+		if rest > c {
+			target = c * target / rest
+		}
 	}
 	return math.Max(0, math.Floor(min(target, c-others)))
 }
