@@ -228,6 +228,7 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 		if len(l.members.Voters()) == 0 {
 			l.budgeted.Store(&l.configBudgeted)
 			l.setGovernance(nil)
+			last = nil // the file's alone now: the next read is taken whole
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
