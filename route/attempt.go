@@ -228,8 +228,8 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	a.known = true
 	a.total = e.now().Sub(c.start)
 	// The head goes out after the whole answer is known: it carries the
-	// cost the attempt settles, and so does the usage the answer reports.
-	cost, _ := settledCost(t, a.report())
+	// cost the request settles, and so does the usage the answer reports.
+	cost := c.toldCost(a.report())
 	answer := buf.Bytes()
 	named := respBuffers.Get().(*bytes.Buffer)
 	defer respBuffers.Put(named)

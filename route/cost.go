@@ -21,6 +21,20 @@ const HeaderCost = "X-Llmesh-Cost"
 // SSE client ignores a line that starts with a colon.
 const costComment = ": X-LLMesh-Cost: "
 
+// toldCost is what an answer tells its client it cost when its attempt
+// went as r: what the attempt settles, and what the request's attempts
+// before it that did not answer settled (a provider that accepted the
+// request and broke off its answer is charged, since it may bill).
+// Together they are what the request's budget holds settle, to the
+// nano-dollar.
+func (c *call) toldCost(r Report) float64 {
+	cost, _ := settledCost(c.t, r)
+	if c.charged == 0 {
+		return cost
+	}
+	return float64(costNanos(cost)+c.charged) / 1e9
+}
+
 // costNanos is usd in billionths of a dollar, rounded as the ledger
 // rounds a settled cost (consensus.RoundNanos).
 func costNanos(usd float64) int64 {

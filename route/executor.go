@@ -305,6 +305,10 @@ type run struct {
 	farLimited bool          // a node forwarded to answered 429
 	attempts   int
 	fb         fallbackState
+	// charged is what the attempts that did not answer settled, in
+	// nano-dollars: one a provider accepted and broke off is charged its
+	// upper bound, and the answer tells it with its own (toldCost).
+	charged int64
 }
 
 // call is one attempt of one target: the state its admission, the call,
@@ -335,6 +339,9 @@ func (c *call) try(i int) (done bool, err error) {
 	c.res.plan, c.res.chosen, c.res.failed = c.plan, i, c.failed
 	a := c.attempt()
 	s := c.tk.Settle(a.report())
+	if !a.committed {
+		c.charged += costNanos(s.Cost)
+	}
 	if s.Cooldown > 0 {
 		c.rateWait = minPositive(c.rateWait, s.Cooldown)
 	}

@@ -179,7 +179,7 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 	if !skip {
 		out, b, ok := data, st.named, false
 		if usage { // the usage the client asked for says what it costs
-			cost, _ := settledCost(c.t, Report{Answered: true, Known: true, Usage: c.a.usage})
+			cost := c.toldCost(Report{Answered: true, Known: true, Usage: c.a.usage})
 			b, ok = withModelCost(st.named, data, c.t.answerModel(), cost, true)
 		} else {
 			b, ok = withModel(st.named, data, c.t.answerModel())
@@ -290,10 +290,10 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 }
 
 // streamCost appends the comment that tells a stream's client what it
-// cost (what the attempt settles) to b and, when the client sent TE:
+// cost (what the request settles) to b and, when the client sent TE:
 // trailers, sets the cost trailer too.
 func (c *call) streamCost(b []byte) []byte {
-	cost, _ := settledCost(c.t, c.a.report())
+	cost := c.toldCost(c.a.report())
 	if c.req.Trailers {
 		SetCostTrailer(c.sink.Header(), cost)
 	}
