@@ -5,7 +5,11 @@ package consensus
 // for a request once, at the node it entered, for every limit it is
 // under at once or for none.
 
-import "time"
+import (
+	"math"
+	"slices"
+	"time"
+)
 
 // kickSpacing bounds how often Kick brings a renewal forward.
 const kickSpacing = 250 * time.Millisecond
@@ -110,4 +114,36 @@ func (h *RateHolder) nextRenewal(refresh time.Duration) time.Duration {
 		}
 	}
 	return refresh
+}
+
+// Untake gives back to the shares of names a request TakeAll took at at
+// with tokens: one that reached no provider (refused for a budget, a
+// provider's own limit, no compliant provider), so that it counts
+// against no limit. It is gone already once the window has passed.
+func (h *RateHolder) Untake(names []string, tokens int, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range names {
+		s := h.shares[name]
+		if s == nil {
+			continue
+		}
+		for i := len(s.sent) - 1; i >= 0 && !s.sent[i].Before(at); i-- {
+			if s.sent[i].Equal(at) {
+				s.sent = slices.Delete(s.sent, i, i+1)
+				break
+			}
+		}
+		for i := len(s.tokens) - 1; i >= 0 && !s.tokens[i].at.Before(at); i-- {
+			if r := s.tokens[i]; r.at.Equal(at) {
+				// What is left of its count: another request's Return
+				// may have taken from it as the newest, and that
+				// give-back is lost (more counted, never less).
+				d := math.Min(float64(tokens), r.n)
+				s.tokens[i].n -= d
+				s.tokenSum -= d
+				break
+			}
+		}
+	}
 }

@@ -221,3 +221,29 @@ func TestIdleHolderLeavesSmallCapacityWhole(t *testing.T) {
 		t.Fatalf("both busy: a %v, b %v of 4", a, b)
 	}
 }
+
+// Untake gives a request back: its count and what is left of its tokens
+// (another request's Return may have taken some from it, as the newest:
+// that give-back is then lost, counting a little more than was sent,
+// never less), and nothing of the requests beside it.
+func TestUntakeGivesARequestBack(t *testing.T) {
+	at := time.Unix(1_000_000, 0)
+	h := NewRateHolder("a", []RateCapacity{{Provider: "key:t/k", RPM: 3, TPM: 300}}, nil, func() int { return 1 }, func() bool { return true })
+	h.now = func() time.Time { return at }
+	names := []string{"key:t/k"}
+	for i := range 3 {
+		if ok, _, _ := h.TakeAll(names, 100, at.Add(time.Duration(i)*time.Second), true); !ok {
+			t.Fatalf("take %d refused", i)
+		}
+	}
+	h.Return("key:t/k", 30, at.Add(3*time.Second)) // the second's give-back, from the newest
+	h.Untake(names, 100, at.Add(2*time.Second))
+	h.Untake(names, 100, at.Add(5*time.Second)) // taken at no such time: nothing
+	s := h.shares["key:t/k"]
+	if len(s.sent) != 2 || !s.sent[1].Equal(at.Add(time.Second)) || s.tokenSum != 200 {
+		t.Fatalf("after the third is given back: sent %v, %v tokens", s.sent, s.tokenSum)
+	}
+	if ok, _, _ := h.TakeAll(names, 100, at.Add(3*time.Second), false); !ok {
+		t.Fatal("the request given back still counts")
+	}
+}

@@ -52,15 +52,16 @@ const keyRateStep = 50 * time.Millisecond
 
 // takeKeyRate takes, for a client's request, one request and its tokens'
 // upper bound (the prompt's bound and the most the answer may hold) from
-// its key's and its tenant's mesh-wide limits, and returns what it took.
+// its key's and its tenant's mesh-wide limits, and returns what it took,
+// and when.
 // While this node's share of either is spent the request waits in the
 // admission queue (and the node asks the leader for more) until
 // limits.admission_wait has passed; then it is refused 429 naming the
 // key, or the tenant, and the limit.
-func (n *Node) takeKeyRate(ctx context.Context, req *route.Request, rt *routing) ([]string, int, error) {
+func (n *Node) takeKeyRate(ctx context.Context, req *route.Request, rt *routing) ([]string, int, time.Time, error) {
 	h := n.keyRates()
 	if h == nil || !h.Limited() {
-		return nil, 0, nil
+		return nil, 0, time.Time{}, nil
 	}
 	names := []string{consensus.TenantRate(req.Tenant)}
 	if req.Key != "" {
@@ -72,13 +73,13 @@ func (n *Node) takeKeyRate(ctx context.Context, req *route.Request, rt *routing)
 		now := n.now()
 		ok, wait, spent := h.TakeAll(names, tokens, now, demand)
 		if ok {
-			return names, tokens, nil
+			return names, tokens, now, nil
 		}
 		demand = false
 		h.Kick()
 		left := req.AdmitBy.Sub(now)
 		if left <= 0 {
-			return nil, 0, n.keyRateRefusal(req, spent, wait)
+			return nil, 0, time.Time{}, n.keyRateRefusal(req, spent, wait)
 		}
 		if !waiting {
 			waiting = true
@@ -89,7 +90,7 @@ func (n *Node) takeKeyRate(ctx context.Context, req *route.Request, rt *routing)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, 0, ctx.Err()
+			return nil, 0, time.Time{}, ctx.Err()
 		case <-t.C:
 		}
 	}
@@ -116,10 +117,18 @@ func (n *Node) keyRateRefusal(req *route.Request, spent string, wait time.Durati
 }
 
 // settleKeyRate gives back to the shares of names the tokens a request
-// took (tokens, its upper bound) and did not use, once its answer's
-// usage is known; an answer whose usage is unknown keeps the bound.
-func (n *Node) settleKeyRate(names []string, tokens int, res *route.Result) {
-	if len(names) == 0 || res == nil || res.Target == nil {
+// took at at (tokens, its upper bound) and did not use, once its
+// answer's usage is known; an answer whose usage is unknown keeps the
+// bound. A request that reached no provider is given back whole.
+func (n *Node) settleKeyRate(names []string, tokens int, at time.Time, res *route.Result) {
+	if len(names) == 0 {
+		return
+	}
+	if reachedNoProvider(res) {
+		n.keyRates().Untake(names, tokens, at)
+		return
+	}
+	if res.Target == nil {
 		return
 	}
 	used := res.Usage.PromptTokens + res.Usage.CompletionTokens
@@ -130,6 +139,25 @@ func (n *Node) settleKeyRate(names []string, tokens int, res *route.Result) {
 	for _, name := range names {
 		n.keyRates().Return(name, tokens-used, now)
 	}
+}
+
+// reachedNoProvider reports whether a request that ended as res (nil:
+// refused before it was planned or executed) reached neither a provider
+// nor a peer: no target answered and every attempt was blocked by the
+// guard.
+func reachedNoProvider(res *route.Result) bool {
+	if res == nil {
+		return true
+	}
+	if res.Target != nil {
+		return false
+	}
+	for _, a := range res.Attempts {
+		if a.Outcome != route.OutcomeBlocked {
+			return false
+		}
+	}
+	return true
 }
 
 // tokenBound is the most tokens chat may count: its prompt's upper
@@ -182,12 +210,12 @@ func (n *Node) executeGoverned(ctx context.Context, in *inbound, req *route.Requ
 	if in.origin != fromClient {
 		return n.execute(ctx, in, req, rt, sink)
 	}
-	names, tokens, err := n.takeKeyRate(ctx, req, rt)
+	names, tokens, at, err := n.takeKeyRate(ctx, req, rt)
 	if err != nil {
 		return nil, err
 	}
 	res, err := n.execute(ctx, in, req, rt, sink)
-	n.settleKeyRate(names, tokens, res)
+	n.settleKeyRate(names, tokens, at, res)
 	n.keyBudgetRefused(req, err)
 	return res, err
 }
