@@ -56,7 +56,11 @@ func (n *Node) setKeySettings(w http.ResponseWriter, r *http.Request) {
 	if !n.readAdminJSON(w, r, &req, shape) {
 		return
 	}
-	cmd := consensus.SetKey{Tenant: r.PathValue("tenant"), Key: strings.ToLower(r.PathValue("key")), Name: req.Name, Models: req.Models,
+	key := r.PathValue("key")
+	if k := strings.ToLower(key); len(k) == 64 && strings.Trim(k, "0123456789abcdef") == "" {
+		key = k // a whole SHA-256, as some tools print it; a name is as spelled
+	}
+	cmd := consensus.SetKey{Tenant: r.PathValue("tenant"), Key: key, Name: req.Name, Models: req.Models,
 		RPM: req.RPM, TPM: req.TPM, ClearBudget: req.ClearBudget}
 	if req.Name != nil && *req.Name != "" && !config.ValidName(*req.Name) {
 		n.writeError(w, &route.InvalidRequestError{Param: "name", Msg: "must be 1-64 letters, digits, '.', '_' or '-'"})
