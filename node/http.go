@@ -230,7 +230,8 @@ func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.Resp
 		unread:  func() { n.refuseUnread(w, rc, r) },
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
 		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate"), cache: r.Header.Get(cacheHeader),
-		tags: strings.Join(r.Header.Values(route.HeaderTags), ","), trailers: acceptsTrailers(r.Header)}
+		// (The canonical name: Values would allocate it, on every request.)
+		tags: strings.Join(r.Header["X-Llmesh-Tags"], ","), trailers: acceptsTrailers(r.Header)}
 	if !ok {
 		in.authErr = errUnauthorized
 	}
