@@ -247,3 +247,32 @@ func TestUntakeGivesARequestBack(t *testing.T) {
 		t.Fatal("the request given back still counts")
 	}
 }
+
+// A holder that reports what it sent keeps one grant in the ledger, its
+// last, however often it renews (every second while a key is busy: it
+// kept every grant of a lease and a window, some ninety a holder and a
+// subject, in every snapshot); and what its report bounded still counts
+// when its grants are merged with another boot's.
+func TestReportingHolderKeepsOneGrant(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := rateLedger(t, 120, 0)
+	ask := func(node string, boot int64, seq uint64, want, sent float64, at time.Duration) float64 {
+		return renew(t, l, node, boot, []Demand{{Provider: "p", WantRPM: want, Nodes: 2, Reports: true, SentRPM: sent, Seq: seq}}, now.Add(at))[0].RPM
+	}
+	for s := range uint64(120) {
+		ask("a", 1, s+1, 1000, 0, time.Duration(s)*time.Second)
+	}
+	if n := len(l.s.Shares["p"].Holders["a"].Grants); n != 1 {
+		t.Fatalf("a reporting holder keeps %d grants", n)
+	}
+	// a (boot 1) sent 100 under its earlier grants, then asked for little;
+	// boot 2 came and went, and boot 1 again: what boot 1 reported still
+	// counts against b for a window after it said so.
+	ask("a", 1, 200, 1, 100, 130*time.Second)
+	ask("a", 2, 1, 1, 0, 131*time.Second)
+	ask("a", 1, 201, 1, 0, 132*time.Second)
+	ask("a", 2, 2, 1, 0, 133*time.Second)
+	if b := ask("b", 1, 1, 1000, 0, 134*time.Second); b > 20 {
+		t.Fatalf("b was granted %v of 120 while a's boot had sent 100 within the window", b)
+	}
+}
