@@ -212,9 +212,10 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 			h.WantRPM, h.WantTPM, h.Seen = 0, 0, 0
 			ghost := c.Node + "#" + strconv.FormatInt(h.Boot, 36)
 			if g := rb.Holders[ghost]; g != nil { // that boot again: both count
+				g.reportAsGrant()
+				h.reportAsGrant()
 				h.Grants = append(g.Grants, h.Grants...)
-				slices.SortStableFunc(h.Grants, func(a, b rateGrant) int { return cmp.Compare(a.Expires, b.Expires) })
-				h.Report = nil // every grant counts
+				slices.SortStableFunc(h.Grants, byExpiry)
 			}
 			rb.Holders[ghost] = h
 			h = nil
@@ -230,9 +231,10 @@ func (l *Ledger) rates(c RatesCmd, now int64) []RateGrant {
 			continue
 		}
 		h.Seq = d.Seq
-		h.Report = nil
-		if d.Reports {
+		if d.Reports { // what it sent now bounds what it sent before
 			h.Report = &rateReport{At: now, RPM: math.Max(d.SentRPM, 0), TPM: math.Max(d.SentTPM, 0)}
+		} else {
+			h.reportAsGrant()
 		}
 		if c.Boot != 0 {
 			h.Boot = c.Boot
@@ -340,12 +342,16 @@ func committed(h *rateHolding, now, window int64, of func(rateGrant) float64) fl
 	return m
 }
 
-// prune drops grants that can no longer matter, and holders with none
-// that have not renewed for a lease.
+// prune drops grants that can no longer matter (of a holder that
+// reports what it sent, every grant but the last: see committed), and
+// holders with none that have not renewed for a lease.
 func (rb *rateBook) prune(now, lease, window int64) {
 	for _, name := range sortedKeys(rb.Holders) {
 		h := rb.Holders[name]
 		i := 0
+		if h.Report != nil {
+			i = max(len(h.Grants)-1, 0)
+		}
 		for i < len(h.Grants)-1 && h.Grants[i].Expires+window <= now {
 			i++
 		}
@@ -355,6 +361,21 @@ func (rb *rateBook) prune(now, lease, window int64) {
 		}
 	}
 }
+
+// reportAsGrant makes a holder's report a grant of what it sent, which
+// counts for a window after it as the report does: its grants alone
+// then bound it (before a renewal that does not report, or when two of
+// a node's boots' grants are merged). Earlier grants of a reporting
+// holder are gone (prune), and the report bounds what they let it send.
+func (h *rateHolding) reportAsGrant() {
+	if r := h.Report; r != nil {
+		h.Grants = append(h.Grants, rateGrant{Expires: r.At, RPM: r.RPM, TPM: r.TPM})
+		slices.SortStableFunc(h.Grants, byExpiry)
+		h.Report = nil
+	}
+}
+
+func byExpiry(a, b rateGrant) int { return cmp.Compare(a.Expires, b.Expires) }
 
 // cut shrinks the handed-out fraction on a 429 (at most every five
 // seconds, to 0.8 of what it was, never below a tenth) and otherwise lets
