@@ -301,14 +301,16 @@ func (rb *rateBook) share(node string, now, lease, window int64, nodes int, c fl
 	}
 	target := wantOf(rb.Holders[node])
 	if total > c {
-		// A holder whose part of the division comes to less than one
-		// (request or token) is granted nothing when it asks: its want
-		// takes nothing from the others' parts either, or a small
-		// capacity (a key's few requests a minute) would never reach
-		// whole the node that uses it.
+		// A reporting holder whose part of the division comes to less
+		// than one (request or token) is granted nothing when it asks:
+		// its want takes nothing from the others' parts either, or a
+		// small capacity (a key's few requests a minute) would never
+		// reach whole the node that uses it. (Providers' holders do not
+		// report: their division is as it was, on voters of every
+		// version alike.)
 		rest := total
 		for _, name := range names {
-			if h := rb.Holders[name]; name != node && h.Seen != 0 && now-h.Seen <= lease && c*wantOf(h)/total < 1 {
+			if h := rb.Holders[name]; name != node && h.Report != nil && h.Seen != 0 && now-h.Seen <= lease && c*wantOf(h)/total < 1 {
 				rest -= wantOf(h)
 			}
 		}
