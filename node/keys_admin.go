@@ -60,6 +60,13 @@ func (n *Node) setKeySettings(w http.ResponseWriter, r *http.Request) {
 	if k := strings.ToLower(key); len(k) == 64 && strings.Trim(k, "0123456789abcdef") == "" {
 		key = k // a whole SHA-256, as some tools print it; a name is as spelled
 	}
+	if _, ok := n.tenants.Load().Lookup(key); ok {
+		// The key itself, pasted: it must not reach the ledger, nor be
+		// echoed.
+		n.writeError(w, &route.InvalidRequestError{Param: "key", Msg: "that is an API key itself, which never goes to the ledger: " +
+			"name the key by its name, its id (llmesh tenants keys list) or its SHA-256"})
+		return
+	}
 	cmd := consensus.SetKey{Tenant: r.PathValue("tenant"), Key: key, Name: req.Name, Models: req.Models,
 		RPM: req.RPM, TPM: req.TPM, ClearBudget: req.ClearBudget}
 	if req.Name != nil && *req.Name != "" && !config.ValidName(*req.Name) {

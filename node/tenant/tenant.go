@@ -183,6 +183,12 @@ func (k *Keys) Authenticate(r *http.Request) (*Tenant, bool) {
 	if key == "" {
 		key = r.Header.Get("X-Api-Key") // Anthropic's clients
 	}
+	return k.Lookup(key)
+}
+
+// Lookup returns the tenant whose API key is key (the key itself), as
+// Authenticate does.
+func (k *Keys) Lookup(key string) (*Tenant, bool) {
 	if key == "" {
 		return nil, false
 	}
