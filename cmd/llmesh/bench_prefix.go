@@ -175,6 +175,13 @@ tenants: [{name: bench, key_sha256: [%s]}]
 providers:
   - {name: gpu, kind: vllm, region: local, replicas: [%s], replica_policy: %s, models: [{name: %s}]}
 `, b.dir, hex.EncodeToString(sum[:]), strings.Join(reps, ", "), policy, model)
+	return b.startAgent(self, config, stderr)
+}
+
+// startAgent starts `llmesh agent` with config (written to the run's
+// directory) on a free loopback port, waits until it is ready and
+// returns its API root.
+func (b *benchTargets) startAgent(self, config string, stderr io.Writer) (string, error) {
 	path := filepath.Join(b.dir, "node.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return "", err

@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -205,24 +204,7 @@ probes: {disabled: true}
 tenants: [{name: acme, residency: eu, max_ttft: %s, key_sha256: [%s]}]
 providers:
 %s`, b.dir, maxTTFT, hex.EncodeToString(sum[:]), ps.String())
-	path := filepath.Join(b.dir, "node.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
-		return "", err
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return "", err
-	}
-	node := exec.Command(self, "agent", "-config", path, "-http", addr, "-log-level", "warn")
-	node.Stdout, node.Stderr = stderr, stderr
-	if err := node.Start(); err != nil {
-		return "", err
-	}
-	b.procs = append(b.procs, node)
-	if err := awaitReady("http://"+addr, 20*time.Second); err != nil {
-		return "", fmt.Errorf("node: %w", err)
-	}
-	return "http://" + addr + "/v1", nil
+	return b.startAgent(self, config, stderr)
 }
 
 // spillScenario is the live bench as a simulator scenario: the same
