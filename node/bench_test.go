@@ -62,12 +62,12 @@ const maxNodeAllocs = 280
 // whole process (client, node and emulator): the node's own share is the
 // difference between the two.
 func BenchmarkProxyPath(b *testing.B) {
-	direct, viaNode, _, c := benchFixture(b)
+	direct, viaNode, viaProxy, c := benchFixture(b)
 	for _, tc := range []struct {
 		name string
 		body []byte
 	}{{"unary", benchBody}, {"stream", benchStreamBody}} {
-		for _, target := range []struct{ name, url string }{{"direct", direct}, {"node", viaNode}} {
+		for _, target := range []struct{ name, url string }{{"direct", direct}, {"proxy", viaProxy}, {"node", viaNode}} {
 			b.Run(tc.name+"/"+target.name, func(b *testing.B) {
 				doBench(b, c, target.url, tc.body) // warm the pools
 				b.ReportAllocs()

@@ -177,6 +177,34 @@ func (n *Node) admitAgain(ctx context.Context, req *route.Request, err error) (t
 	}
 }
 
+// logRequest writes the request's log line. Its attributes are built in
+// place (slog.Attr holds numbers and strings without boxing them), so the
+// line costs the handler's work and little more.
+func (n *Node) logRequest(e *decisions.Decision, via string) {
+	var buf [24]slog.Attr
+	attrs := append(buf[:0], slog.String("request_id", e.ID), slog.String("endpoint", e.API.String()),
+		slog.String("tenant", e.Tenant), slog.String("model", e.Model), slog.Int("status", e.Status),
+		slog.String("outcome", e.Outcome()), slog.Bool("stream", e.Stream), slog.Int64("ms", e.Took.Milliseconds()))
+	if e.Origin != "" {
+		attrs = append(attrs, slog.String("forwarded_by", e.Origin))
+	}
+	res := e.Result
+	if res != nil && res.AdmissionWait > 0 {
+		attrs = append(attrs, slog.Int64("admission_wait_ms", res.AdmissionWait.Milliseconds()))
+	}
+	if res != nil && res.Target != nil {
+		u := res.Usage
+		if res.Replica != "" {
+			attrs = append(attrs, slog.String("replica", res.Replica))
+		}
+		attrs = append(attrs, slog.String("provider", e.Provider), slog.String("via", via),
+			slog.Int("prompt_tokens", u.PromptTokens), slog.Int("cached_tokens", u.CachedTokens),
+			slog.Int("completion_tokens", u.CompletionTokens), slog.Float64("cost_usd", res.Cost),
+			slog.Int("attempts", len(res.Attempts)), slog.Bool("truncated", res.Truncated))
+	}
+	n.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}
+
 // account records one finished request in metrics, the log, the recent
 // decisions and its span (sp, nil when not traced). e.Err is the error
 // the client was answered with, if any; e.Origin the node that forwarded
@@ -191,32 +219,17 @@ func (n *Node) account(e decisions.Decision, sp *tracing.Span) {
 	res, model, provider := e.Result, e.Model, e.Provider
 	n.metrics.Answered(metrics.Request{Tenant: e.Tenant, Model: model, Provider: provider, Endpoint: e.API.String(), Status: e.Status,
 		Stream: e.Stream, Took: e.Took, Result: res})
-	attrs := []any{"request_id", e.ID, "endpoint", e.API.String(), "tenant", e.Tenant, "model", model, "status", e.Status, "outcome", e.Outcome(),
-		"stream", e.Stream, "ms", e.Took.Milliseconds()}
-	if e.Origin != "" {
-		attrs = append(attrs, "forwarded_by", e.Origin)
-	}
 	via := n.s.Name
-	if res != nil {
-		if res.AdmissionWait > 0 {
-			n.admitted.waited.Add(1)
-			n.admitted.waitedNs.Add(int64(res.AdmissionWait))
-			attrs = append(attrs, "admission_wait_ms", res.AdmissionWait.Milliseconds())
-		}
+	if res != nil && res.AdmissionWait > 0 {
+		n.admitted.waited.Add(1)
+		n.admitted.waitedNs.Add(int64(res.AdmissionWait))
 	}
-	if res != nil && res.Target != nil {
-		u := res.Usage
-		if res.Target.Via != "" {
-			via = res.Target.Via
-		}
-		if res.Replica != "" {
-			attrs = append(attrs, "replica", res.Replica)
-		}
-		attrs = append(attrs, "provider", provider, "via", via, "prompt_tokens", u.PromptTokens, "cached_tokens", u.CachedTokens,
-			"completion_tokens", u.CompletionTokens, "cost_usd", res.Cost, "attempts", len(res.Attempts),
-			"truncated", res.Truncated)
+	if res != nil && res.Target != nil && res.Target.Via != "" {
+		via = res.Target.Via
 	}
-	n.log.Info("request", attrs...)
+	if n.log.Enabled(context.Background(), slog.LevelInfo) {
+		n.logRequest(&e, via)
+	}
 	n.endSpan(sp, &e, via)
 	if res != nil && n.log.Enabled(context.Background(), slog.LevelDebug) {
 		for _, a := range res.Attempts {

@@ -44,7 +44,7 @@ func (c *call) attempt() *attemptResult {
 	if err != nil {
 		return c.fail(OutcomeConnect, "build request: %v", err)
 	}
-	resp, err := e.client.Do(hreq)
+	resp, err := e.rt.RoundTrip(hreq)
 	if err != nil {
 		return c.readErr(err, "request")
 	}
@@ -204,24 +204,23 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 			ErrUpstream, t.Provider(), e.cfg.MaxResponseBytes)
 		return c.fail(OutcomeTooLarge, "answer larger than %d bytes", e.cfg.MaxResponseBytes)
 	}
-	var doc struct {
-		Choices []struct{} `json:"choices"`
-		Data    []struct{} `json:"data"` // an embeddings list's
-		Usage   *Usage     `json:"usage"`
-		ID      string     `json:"id"`
-		Object  string     `json:"object"` // a Response's
+	doc, valid := scanAnswer(buf.Bytes())
+	var usage Usage
+	var err error
+	if valid && doc.usage != nil {
+		usage, err = decodeUsage(doc.usage)
+		valid = err == nil
 	}
-	err := json.Unmarshal(buf.Bytes(), &doc)
 	switch api := req.Chat.API; {
-	case api == APIEmbeddings && (err != nil || len(doc.Data) == 0):
+	case api == APIEmbeddings && (!valid || !doc.data):
 		return c.fail(OutcomeBadResponse, "answer is not a list of embeddings")
-	case api == APIResponses && (err != nil || doc.Object != "response"):
+	case api == APIResponses && (!valid || string(doc.object) != `"response"`):
 		return c.fail(OutcomeBadResponse, "answer is not a Response")
-	case api != APIEmbeddings && api != APIResponses && (err != nil || len(doc.Choices) == 0):
+	case api != APIEmbeddings && api != APIResponses && (!valid || !doc.choices):
 		return c.fail(OutcomeBadResponse, "answer is not a completion")
 	}
-	if doc.Usage != nil {
-		a.usage = *doc.Usage
+	if doc.usage != nil {
+		a.usage = usage
 	} else {
 		a.usage, a.counted = e.countWhole(req, buf.Bytes()), true
 	}
@@ -235,14 +234,18 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	defer respBuffers.Put(named)
 	named.Reset()
 	named.Grow(len(answer) + len(t.answerModel()) + 48)
-	if b, ok := withModelCost(named.AvailableBuffer(), answer, t.answerModel(), cost, doc.Usage != nil); ok {
+	if b, ok := withModelCost(named.AvailableBuffer(), answer, t.answerModel(), cost, doc.usage != nil); ok {
 		answer = b
 	}
 	if req.Chat.API == APIResponses {
 		if c.bridge != nil {
 			c.bridge.response = bytes.Clone(answer)
 		}
-		a.stored = c.stored(doc.ID, a.usage)
+		var id string
+		if doc.id != nil {
+			_ = decodeString(doc.id, &id)
+		}
+		a.stored = c.stored(id, a.usage)
 	}
 	h := sink.Header()
 	setRouteHeaders(h, t, e.cfg.NodeName, c.res.Route())

@@ -179,8 +179,13 @@ func (r *Result) Route() string {
 // Executor runs plans: it calls each target in turn until one answers,
 // and relays that answer to the sink.
 type Executor struct {
-	cfg       ExecutorConfig
-	client    *http.Client
+	cfg    ExecutorConfig
+	client *http.Client
+	// rt is client's transport, which attempts call directly: a provider's
+	// redirect is never followed either way, and http.Client's per-request
+	// work (a copy of the headers for redirects, its cancel timer) is
+	// wasted on them.
+	rt        http.RoundTripper
 	guard     Guard
 	tracker   *Tracker
 	replicas  *Tracker   // nil: replicas not tracked apart
@@ -237,6 +242,7 @@ func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
 			// an Azure api-key header with it, to wherever it points.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
+		rt:        rt,
 		guard:     d.Guard,
 		tracker:   d.Tracker,
 		replicas:  d.Replicas,

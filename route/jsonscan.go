@@ -3,6 +3,7 @@ package route
 import (
 	"bytes"
 	"encoding/json"
+	"unsafe"
 )
 
 // The scanning of JSON that json.Valid has accepted: top-level members
@@ -40,7 +41,7 @@ func eachMember(b []byte, fn func(key string, v []byte) error) error {
 
 // scanArray returns the elements of the array b, which json.Valid accepted.
 func scanArray(b []byte) [][]byte {
-	var out [][]byte
+	out := make([][]byte, 0, 4)
 	i := skipSpace(b, skipSpace(b, 0)+1)
 	for i < len(b) && b[i] != ']' {
 		end := skipValue(b, i)
@@ -58,7 +59,7 @@ func scanObject(b []byte) ([]member, error) {
 	if b[i] != '{' {
 		return nil, invalid("", "the request body must be a JSON object")
 	}
-	var out []member
+	out := make([]member, 0, 8)
 	var seen map[string]struct{}
 	i = skipSpace(b, i+1)
 	for b[i] != '}' {
@@ -112,11 +113,59 @@ func dup(members []member, seen *map[string]struct{}, key string) bool {
 
 func unquoteKey(q []byte) (string, error) {
 	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1]), nil
+		return intern(q[1 : len(q)-1]), nil
 	}
 	var s string
 	err := json.Unmarshal(q, &s)
 	return s, err
+}
+
+// interned are the names and short values every request repeats: member
+// names the parsers look for and message roles. Reading one from a body
+// takes the string here instead of allocating a copy.
+var interned = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{
+		"model", "messages", "stream", "stream_options", "include_usage", "max_tokens",
+		"max_completion_tokens", "max_output_tokens", "n", "user", "prompt_cache_key",
+		"temperature", "top_p", "tools", "tool_choice", "response_format", "seed", "stop",
+		"metadata", "store", "role", "content", "name", "tool_call_id", "tool_calls",
+		"type", "text", "image_url", "input", "instructions", "previous_response_id",
+		"prompt", "encoding_format", "dimensions", "function", "arguments", "id",
+		"system", "developer", "assistant", "tool", "input_text", "input_image",
+		"frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "suffix",
+		"echo", "best_of", "logit_bias", "parallel_tool_calls", "reasoning", "reasoning_effort",
+		"safety_identifier", "service_tier", "conversation", "include", "background",
+		"truncation", "gpt-4o", "gpt-4o-mini", "float", "base64",
+		"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+		"completion_tokens_details", "cached_tokens", "input_tokens", "output_tokens",
+		"input_tokens_details", "output_tokens_details", "reasoning_tokens", "audio_tokens",
+		"accepted_prediction_tokens", "rejected_prediction_tokens", "choices", "data",
+		"usage", "object", "created", "system_fingerprint", "index", "message",
+		"finish_reason", "refusal", "annotations", "embedding", "delta",
+	} {
+		m[s] = s
+	}
+	return m
+}()
+
+// intern returns b as a string, the interned one where b is among them
+// (looking a []byte up in a map by string(b) does not allocate).
+func intern(b []byte) string {
+	if s, ok := interned[string(b)]; ok {
+		return s
+	}
+	return string(b)
+}
+
+// alias returns b as a string that shares b's bytes: for text read from
+// a request body, which its parse keeps and nothing modifies afterwards
+// (ParseChatRequest's contract), so that a prompt is not copied.
+func alias(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 func skipSpace(b []byte, i int) int {

@@ -341,11 +341,8 @@ func chunkUsage(data []byte) (Usage, bool) {
 	if !ok {
 		return Usage{}, false
 	}
-	var u Usage
-	if json.Unmarshal(data[v:end], &u) != nil {
-		return Usage{}, false
-	}
-	return u, true
+	u, err := decodeUsage(data[v:end])
+	return u, err == nil
 }
 
 // isUsageOnly reports whether a chunk is the final usage chunk: no choices.

@@ -98,13 +98,22 @@ type ContentPart struct {
 }
 
 // UnmarshalJSON accepts a string, an array of parts or null.
-func (c *Content) UnmarshalJSON(b []byte) error {
+func (c *Content) UnmarshalJSON(b []byte) error { return c.decode(b, false) }
+
+// decode sets c from b; inBody means b is part of a request body its
+// parse keeps, which a plain string's text may share (alias) instead of
+// copying: a prompt's text is most of the body.
+func (c *Content) decode(b []byte, inBody bool) error {
 	switch b[0] {
 	case 'n':
 		*c = Content{}
 		return nil
 	case '"':
 		c.Set = true
+		if inBody && bytes.IndexByte(b, '\\') < 0 && utf8.Valid(b) {
+			c.Text = alias(b[1 : len(b)-1])
+			return nil
+		}
 		return decodeString(b, &c.Text)
 	case '[':
 		c.Set = true
@@ -161,7 +170,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		switch m.key {
 		case "model":
 			haveModel = true
-			if err := decodeField(m.key, v, &r.Model); err != nil {
+			if err := decodeText(m.key, v, &r.Model); err != nil {
 				return nil, err
 			}
 		case "messages":
@@ -170,7 +179,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 				return nil, err
 			}
 		case "stream":
-			if err := decodeField(m.key, v, &r.Stream); err != nil {
+			if err := decodeBool(m.key, v, &r.Stream); err != nil {
 				return nil, err
 			}
 		case "stream_options":
@@ -256,25 +265,26 @@ func (r *ChatRequest) decodeMessages(v []byte) error {
 	r.Messages = make([]Message, len(raws))
 	for i, raw := range raws {
 		m := &r.Messages[i]
-		param := "messages[" + strconv.Itoa(i) + "]"
+		// The parameter an error names, built only for an error.
+		param := func(sub string) string { return "messages[" + strconv.Itoa(i) + "]" + sub }
 		if raw[0] != '{' {
-			return invalid(param, "must be an object")
+			return invalid(param(""), "must be an object")
 		}
 		if err := m.decode(raw); err != nil {
-			return fieldError(param, err)
+			return fieldError(param(""), err)
 		}
 		if !validRoles[m.Role] {
-			return invalid(param+".role", "must be one of system, developer, user, assistant, tool, function; got %q", m.Role)
+			return invalid(param(".role"), "must be one of system, developer, user, assistant, tool, function; got %q", m.Role)
 		}
 		if !m.Content.Set && m.Role != "assistant" {
-			return invalid(param+".content", "is required for a %s message", m.Role)
+			return invalid(param(".content"), "is required for a %s message", m.Role)
 		}
 		if m.Role == "tool" && m.ToolCallID == "" {
-			return invalid(param+".tool_call_id", "is required for a tool message")
+			return invalid(param(".tool_call_id"), "is required for a tool message")
 		}
 		for j, p := range m.Content.Parts {
 			if p.Type == "" {
-				return invalid(param+".content["+strconv.Itoa(j)+"].type", "is required")
+				return invalid(param(".content["+strconv.Itoa(j)+"].type"), "is required")
 			}
 			if p.Type == "image_url" || p.Type == "input_image" {
 				m.images++
@@ -288,6 +298,33 @@ func (r *ChatRequest) decodeMessages(v []byte) error {
 		for _, tc := range m.ToolCalls {
 			r.textBytes += len(tc.Function.Name) + len(tc.Function.Arguments)
 		}
+	}
+	return nil
+}
+
+// decodeText decodes a top-level string (or null, which leaves dst as
+// it is), as decodeField would, without encoding/json for a plain one.
+func decodeText(param string, v []byte, dst *string) error {
+	if v[0] != '"' && v[0] != 'n' {
+		return decodeField(param, v, dst) // its type error
+	}
+	if err := decodeString(v, dst); err != nil {
+		return fieldError(param, err)
+	}
+	return nil
+}
+
+// decodeBool decodes a top-level boolean (or null, which leaves dst as
+// it is), as decodeField would, without encoding/json.
+func decodeBool(param string, v []byte, dst *bool) error {
+	switch string(v) {
+	case "true":
+		*dst = true
+	case "false":
+		*dst = false
+	case "null":
+	default:
+		return decodeField(param, v, dst) // its type error
 	}
 	return nil
 }
@@ -450,10 +487,13 @@ func (m *Message) decode(raw []byte) error {
 		case "tool_call_id":
 			err = decodeString(v, &m.ToolCallID)
 		case "content":
-			err = m.Content.UnmarshalJSON(v)
+			err = m.Content.decode(v, true)
 		case "tool_calls":
 			m.ToolCalls = nil
 			err = json.Unmarshal(v, &m.ToolCalls)
+		}
+		if err == nil {
+			return nil
 		}
 		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
 			if te.Field == "" {
@@ -471,7 +511,7 @@ func (m *Message) decode(raw []byte) error {
 // encoding/json would mend) is copied, not decoded.
 func decodeString(v []byte, dst *string) error {
 	if v[0] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v) {
-		*dst = string(v[1 : len(v)-1])
+		*dst = intern(v[1 : len(v)-1])
 		return nil
 	}
 	return json.Unmarshal(v, dst)

@@ -1,0 +1,151 @@
+package route
+
+import "encoding/json"
+
+// Reading what the node needs from a provider's answer — whether it is
+// one, its usage, its id — by scanning it in place, without
+// encoding/json's reflection and the allocations that come with it: every
+// whole answer and every stream's usage pass through here.
+
+// answerDoc is what whole reads of an answer.
+type answerDoc struct {
+	choices, data bool   // a non-empty choices (data) array
+	usage         []byte // the usage object; nil when absent or null
+	id, object    []byte // JSON strings; nil when absent or null
+}
+
+// scanAnswer reads b, a whole answer; false when it is not a JSON object
+// or one of its members has the wrong type (as decoding it would fail).
+func scanAnswer(b []byte) (answerDoc, bool) {
+	var d answerDoc
+	if !json.Valid(b) || b[skipSpace(b, 0)] != '{' {
+		return d, false
+	}
+	ok := true
+	_ = eachMember(b, func(key string, v []byte) error {
+		switch key {
+		case "choices":
+			d.choices, ok = nonEmptyArray(v, ok)
+		case "data":
+			d.data, ok = nonEmptyArray(v, ok)
+		case "usage":
+			d.usage, ok = kindOf(v, '{', ok)
+		case "id":
+			d.id, ok = kindOf(v, '"', ok)
+		case "object":
+			d.object, ok = kindOf(v, '"', ok)
+		}
+		return nil
+	})
+	return d, ok
+}
+
+// nonEmptyArray reports whether v is an array with an element; ok becomes
+// false when v is neither an array nor null.
+func nonEmptyArray(v []byte, ok bool) (bool, bool) {
+	switch v[0] {
+	case 'n':
+		return false, ok
+	case '[':
+		return v[skipSpace(v, 1)] != ']', ok
+	}
+	return false, false
+}
+
+// kindOf returns v when it starts with open, nil for null; ok becomes
+// false for anything else.
+func kindOf(v []byte, open byte, ok bool) ([]byte, bool) {
+	switch v[0] {
+	case open:
+		return v, ok
+	case 'n':
+		return nil, ok
+	}
+	return nil, false
+}
+
+// decodeUsage reads a usage object as Usage.UnmarshalJSON does.
+func decodeUsage(b []byte) (Usage, error) {
+	if u, ok := scanUsage(b); ok {
+		return u, nil
+	}
+	var u Usage
+	err := json.Unmarshal(b, &u)
+	return u, err
+}
+
+// scanUsage reads the usual usage object, whose counts are plain
+// integers, in place; false for anything else (Usage.UnmarshalJSON's
+// work then).
+func scanUsage(b []byte) (Usage, bool) {
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return Usage{}, false
+	}
+	// Each member as encoding/json reads it: the last of a name given
+	// twice counts.
+	var prompt, input, completion, output, promptCached, inputCached int
+	ok := true
+	count := func(v []byte) int {
+		n, good := plainInt(v)
+		ok = ok && good
+		return n
+	}
+	cached := func(v []byte) (n int) {
+		switch v[0] {
+		case 'n':
+			return 0
+		case '{':
+		default:
+			ok = false
+			return 0
+		}
+		_ = eachMember(v, func(key string, v []byte) error {
+			if key == "cached_tokens" {
+				n = count(v)
+			}
+			return nil
+		})
+		return n
+	}
+	_ = eachMember(b, func(key string, v []byte) error {
+		switch key {
+		case "prompt_tokens":
+			prompt = count(v)
+		case "input_tokens":
+			input = count(v)
+		case "completion_tokens":
+			completion = count(v)
+		case "output_tokens":
+			output = count(v)
+		case "prompt_tokens_details":
+			promptCached = cached(v)
+		case "input_tokens_details":
+			inputCached = cached(v)
+		}
+		return nil
+	})
+	return Usage{PromptTokens: prompt + input, CompletionTokens: completion + output, CachedTokens: promptCached + inputCached}, ok
+}
+
+// plainInt reads an integer of at most 18 digits, without exponent or
+// fraction; false for anything else.
+func plainInt(v []byte) (int, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
