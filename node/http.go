@@ -120,7 +120,7 @@ func (n *Node) errTooLarge() error {
 // fail this one. Streams move theirs forward as they flow (httpSink).
 func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(n.s.ClientWrite))
+		setWriteDeadline(w, time.Now().Add(n.s.ClientWrite))
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header()["Allow"] = []string{method}
 			n.writeError(w, errMethod)
@@ -128,6 +128,16 @@ func (n *Node) only(method string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// setWriteDeadline is http.ResponseController's SetWriteDeadline
+// without allocating the controller, for the server's own writer.
+func setWriteDeadline(w http.ResponseWriter, t time.Time) {
+	if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		_ = d.SetWriteDeadline(t)
+		return
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(t)
 }
 
 func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
@@ -217,8 +227,8 @@ func (n *Node) api(api route.API) http.HandlerFunc {
 }
 
 func (n *Node) clientRequest(api route.API, w http.ResponseWriter, r *http.Request) {
-	sink := &httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}
-	n.serve(r.Context(), n.clientInbound(api, w, sink.rc, r, func() ([]byte, error) { return n.readBody(w, sink.rc, r) }), sink)
+	sink := &httpSink{w: w, rc: *http.NewResponseController(w), timeout: n.s.ClientWrite}
+	n.serve(r.Context(), n.clientInbound(api, w, &sink.rc, r, func() ([]byte, error) { return n.readBody(w, &sink.rc, r) }), sink)
 }
 
 // clientInbound is the inbound of a client's request of api: its tenant (or
@@ -354,7 +364,7 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 // successful write.
 type httpSink struct {
 	w        http.ResponseWriter
-	rc       *http.ResponseController
+	rc       http.ResponseController // in the sink's own allocation
 	timeout  time.Duration
 	status   int
 	deadline time.Time

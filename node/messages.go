@@ -23,9 +23,9 @@ import (
 // (or as a bearer token); anthropic-version must be given, as Anthropic's
 // API requires.
 func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
-	sink := &messagesSink{httpSink: httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}}
-	in := n.clientInbound(route.APIMessages, w, sink.rc, r, func() ([]byte, error) {
-		body, err := n.readBody(w, sink.rc, r)
+	sink := &messagesSink{httpSink: httpSink{w: w, rc: *http.NewResponseController(w), timeout: n.s.ClientWrite}}
+	in := n.clientInbound(route.APIMessages, w, &sink.rc, r, func() ([]byte, error) {
+		body, err := n.readBody(w, &sink.rc, r)
 		if err != nil {
 			return nil, err
 		}
@@ -73,24 +73,24 @@ func translate(body []byte, counting bool) (*anthropic.Request, error) {
 // fallback use), without calling a provider. It refuses what
 // /v1/messages refuses, with the same answers.
 func (n *Node) countTokens(w http.ResponseWriter, r *http.Request) {
-	sink := &messagesSink{httpSink: httpSink{w: w, rc: http.NewResponseController(w), timeout: n.s.ClientWrite}}
+	sink := &messagesSink{httpSink: httpSink{w: w, rc: *http.NewResponseController(w), timeout: n.s.ClientWrite}}
 	n.identify(w.Header(), requestID(r))
 	refuse := func(err error) {
 		status, e := n.classify(err)
 		sink.refuse(status, e.Message)
 	}
 	if r.Header.Get("Anthropic-Version") == "" {
-		n.refuseUnread(w, sink.rc, r)
+		n.refuseUnread(w, &sink.rc, r)
 		refuse(&route.InvalidRequestError{Msg: errNoVersion.Error()})
 		return
 	}
 	t, ok := n.tenants.Load().Authenticate(r)
 	if !ok {
-		n.refuseUnread(w, sink.rc, r)
+		n.refuseUnread(w, &sink.rc, r)
 		refuse(errUnauthorized)
 		return
 	}
-	body, err := n.readBody(w, sink.rc, r)
+	body, err := n.readBody(w, &sink.rc, r)
 	var req *anthropic.Request
 	if err == nil {
 		req, err = translate(body, true)

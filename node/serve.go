@@ -81,8 +81,11 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 // headers h: every answer carries them, refusals included, whatever
 // the endpoint.
 func (n *Node) identify(h http.Header, id string) {
-	h["X-Llmesh-Node"] = []string{n.s.Name}
-	h["X-Request-Id"] = []string{id}
+	// Both values in one allocation; each a one-value slice, as
+	// h[k] = []string{v} would make it.
+	vals := []string{n.s.Name, id}
+	h["X-Llmesh-Node"] = vals[0:1:1]
+	h["X-Request-Id"] = vals[1:2:2]
 }
 
 // execute plans and executes an admitted request. A client's request

@@ -83,6 +83,8 @@ func (c *call) attempt() *attemptResult {
 	return c.whole(resp)
 }
 
+var anthropicVersion = []string{anthropic.Version}
+
 // upstreamRequest is the request to the target's endpoint.
 func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
 	t, req := c.t, c.req
@@ -108,14 +110,14 @@ func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {
 		return nil, err
 	}
 	if anthropicKind {
-		hreq.Header["Anthropic-Version"] = []string{anthropic.Version}
+		hreq.Header["Anthropic-Version"] = anthropicVersion
 	}
-	hreq.Header["Content-Type"] = []string{"application/json"}
-	hreq.Header["User-Agent"] = []string{c.e.cfg.UserAgent}
+	hreq.Header["Content-Type"] = jsonContent
+	hreq.Header["User-Agent"] = c.e.userAgent
 	if req.Chat.Stream {
-		hreq.Header["Accept"] = []string{"text/event-stream"}
+		hreq.Header["Accept"] = acceptStream
 	} else {
-		hreq.Header["Accept"] = []string{"application/json"}
+		hreq.Header["Accept"] = jsonContent
 	}
 	if req.TraceParent != "" {
 		hreq.Header["Traceparent"] = []string{req.TraceParent}
@@ -248,10 +250,11 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 		a.stored = c.stored(id, a.usage)
 	}
 	h := sink.Header()
-	setRouteHeaders(h, t, e.cfg.NodeName, c.res.Route())
-	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(answer))}
-	h[HeaderCost] = []string{FormatCost(cost)}
+	vals := make(headerValues, 7)
+	setRouteHeaders(h, &vals, t, e.cfg.NodeName, c.res.Route())
+	h["Content-Type"] = jsonContent
+	vals.set(h, "Content-Length", strconv.Itoa(len(answer)))
+	vals.set(h, HeaderCost, FormatCost(cost))
 	sink.WriteHeader(http.StatusOK)
 	a.committed = true
 	a.Outcome = OutcomeOK

@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -92,17 +93,25 @@ func (c *ReplicaChoice) why(name string, first bool) string {
 // chosen target and what it beat or replaced, in one short ASCII line.
 func (plan *Plan) Explain(chosen int, failed []string) string {
 	var b strings.Builder
+	b.Grow(256) // the usual line in one allocation
+	var num [24]byte
 	t := &plan.Targets[chosen]
-	fmt.Fprintf(&b, "policy=%s", plan.Policy)
+	b.WriteString("policy=")
+	b.WriteString(string(plan.Policy))
 	if plan.Group != "" {
 		fmt.Fprintf(&b, "; group %s", plan.Group)
 		if plan.Choice != "" {
 			b.WriteString(" (" + plan.Choice + ")")
 		}
 	}
-	fmt.Fprintf(&b, "; chose %s (est $%.6f", t.Provider(), t.Cost)
+	b.WriteString("; chose ")
+	b.WriteString(t.Provider())
+	b.WriteString(" (est $")
+	b.Write(strconv.AppendFloat(num[:0], t.Cost, 'f', 6, 64))
 	if t.Health.TTFT > 0 {
-		fmt.Fprintf(&b, ", ttft %dms", t.Health.TTFT.Milliseconds())
+		b.WriteString(", ttft ")
+		b.Write(strconv.AppendInt(num[:0], t.Health.TTFT.Milliseconds(), 10))
+		b.WriteString("ms")
 	}
 	if t.Via != "" {
 		fmt.Fprintf(&b, ", via %s", t.Via)
@@ -133,7 +142,9 @@ func (plan *Plan) Explain(chosen int, failed []string) string {
 	}
 	b.WriteString(")")
 	if n := len(plan.Targets) - 1; n > 0 {
-		fmt.Fprintf(&b, " of %d candidates", n+1)
+		b.WriteString(" of ")
+		b.Write(strconv.AppendInt(num[:0], int64(n+1), 10))
+		b.WriteString(" candidates")
 	}
 	if len(failed) > 0 {
 		b.WriteString("; failed over from " + strings.Join(failed, ", "))

@@ -150,10 +150,11 @@ func (c *call) commitStream() {
 	c.a.ttft = c.e.now().Sub(c.start)
 	c.res.TTFT = c.a.ttft
 	h := c.sink.Header()
-	setRouteHeaders(h, c.t, c.e.cfg.NodeName, c.res.Route())
-	h["Content-Type"] = []string{"text/event-stream; charset=utf-8"}
-	h["Cache-Control"] = []string{"no-cache"}
-	h["X-Accel-Buffering"] = []string{"no"}
+	vals := make(headerValues, 5)
+	setRouteHeaders(h, &vals, c.t, c.e.cfg.NodeName, c.res.Route())
+	h["Content-Type"] = streamContent
+	h["Cache-Control"] = noCache
+	h["X-Accel-Buffering"] = noBuffering
 	c.sink.WriteHeader(http.StatusOK)
 	c.a.committed = true
 }
