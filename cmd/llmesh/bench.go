@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,8 +57,30 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Hold, "hold", 0, "keep this many long `streams` open to each target during its turns, besides the load (with a low -tps)")
 	fs.IntVar(&cfg.HoldTokens, "hold-tokens", 1000, "answer length in tokens of each held stream")
 	asJSON := fs.Bool("json", false, "print JSON")
+	endpoints := fs.String("endpoint", "chat", "the `APIs` loaded, one run each in turn: chat, embeddings, responses, or several comma-separated")
+	var peers []string
+	fs.Func("peer", "another gateway's `URL` (up to /v1) to load beside the others, pointed at the bench's emulator (-emulator); repeatable; its key, if it takes one, from $LLMESH_BENCH_PEER_KEY", func(v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%q is not an http(s) URL", v)
+		}
+		peers = append(peers, strings.TrimSuffix(v, "/"))
+		return nil
+	})
+	peerModel := fs.String("peer-model", "", "the model's `name` at the peers (default: the bench's own); per API as chat=NAME,embeddings=NAME")
+	emuListen := fs.String("emulator", "127.0.0.1:0", "`address` the bench's emulator listens on: a fixed one to point a -peer at")
 	workload := fs.String("workload", "echo", "echo: short prompts, what a node adds; shared-prefix: tenants' long system prefixes over engine replicas, per replica policy (its own flags: -workload shared-prefix -h); spill: local GPU replicas saturated and drained under max_ttft, live and simulated (-workload spill -h)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	runs, err := benchEndpoints(*endpoints)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh bench: -endpoint: %v\n", err)
+		return 2
+	}
+	models, err := peerModels(*peerModel)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmesh bench: -peer-model: %v\n", err)
 		return 2
 	}
 	if *workload != "echo" {
@@ -76,7 +99,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		cfg.Key = *key
 		targets = []bench.Target{{Name: "node", URL: strings.TrimSuffix(*target, "/")}}
 	} else {
-		st, err := startBenchTargets(ctx, stderr, *tps, *memLimit)
+		st, err := startBenchTargets(ctx, stderr, *emuListen, *tps, *memLimit)
 		if err != nil {
 			fmt.Fprintf(stderr, "llmesh bench: %v\n", err)
 			return 1
@@ -84,23 +107,110 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		defer st.stop()
 		targets, cfg.Key = st.targets, st.key
 	}
-	rs, err := bench.Run(ctx, cfg, targets)
-	if err != nil {
-		fmt.Fprintf(stderr, "llmesh bench: %v\n", err)
-		return 1
+	for i, u := range peers {
+		targets = append(targets, bench.Target{Name: peerName(peers, i), URL: u, Key: os.Getenv("LLMESH_BENCH_PEER_KEY")})
+	}
+	type run struct {
+		Endpoint string         `json:"endpoint"`
+		Config   bench.Config   `json:"config"`
+		Results  []bench.Result `json:"results"`
+		Added    []bench.Added  `json:"added_over_direct"`
+	}
+	var done []run
+	for i, api := range runs {
+		c := cfg
+		c.Endpoint = api
+		if api == "embeddings" && c.Model == bench.DefaultConfig().Model {
+			c.Model = benchEmbeddingModel
+		}
+		ts := slices.Clone(targets)
+		for j := range ts {
+			if strings.HasPrefix(ts[j].Name, "peer") {
+				ts[j].Model = models[api]
+			}
+		}
+		rs, err := bench.Run(ctx, c, ts)
+		if err != nil {
+			fmt.Fprintf(stderr, "llmesh bench: %s: %v\n", api, err)
+			return 1
+		}
+		done = append(done, run{api, c, rs, bench.AddedOver(rs, "direct")})
+		if *asJSON {
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		mode := fmt.Sprintf("open loop, %d requests/s", c.Rate)
+		if c.Closed > 0 {
+			mode = fmt.Sprintf("closed loop, %d workers", c.Closed)
+		}
+		answers := fmt.Sprintf("%.0f%% streams, %d-token answers", c.Stream*100, c.MaxTokens)
+		if api == "embeddings" {
+			answers = "embeddings"
+		}
+		fmt.Fprintf(stdout, "%s: %s, %s, %s per target in %s turns\n\n", api, mode, answers, c.Duration, c.Slice)
+		bench.Table(stdout, rs, "direct")
 	}
 	if *asJSON {
-		b, _ := json.MarshalIndent(map[string]any{"config": cfg, "results": rs, "added_over_direct": bench.AddedOver(rs, "direct")}, "", "  ")
+		var doc any = map[string]any{"runs": done}
+		if len(done) == 1 { // the shape before -endpoint took a list
+			doc = done[0]
+		}
+		b, _ := json.MarshalIndent(doc, "", "  ")
 		fmt.Fprintln(stdout, string(b))
-		return 0
 	}
-	mode := fmt.Sprintf("open loop, %d requests/s", cfg.Rate)
-	if cfg.Closed > 0 {
-		mode = fmt.Sprintf("closed loop, %d workers", cfg.Closed)
-	}
-	fmt.Fprintf(stdout, "%s, %.0f%% streams, %d-token answers, %s per target in %s turns\n\n", mode, cfg.Stream*100, cfg.MaxTokens, cfg.Duration, cfg.Slice)
-	bench.Table(stdout, rs, "direct")
 	return 0
+}
+
+// benchEmbeddingModel is the model embeddings runs ask for.
+const benchEmbeddingModel = "text-embedding-3-small"
+
+// benchEndpoints reads -endpoint's list.
+func benchEndpoints(v string) ([]string, error) {
+	var out []string
+	for api := range strings.SplitSeq(v, ",") {
+		api = strings.TrimSpace(api)
+		if !slices.Contains(bench.Endpoints, api) {
+			return nil, fmt.Errorf("%q is not one of %s", api, strings.Join(bench.Endpoints, ", "))
+		}
+		if !slices.Contains(out, api) {
+			out = append(out, api)
+		}
+	}
+	return out, nil
+}
+
+// peerModels reads -peer-model: one name for every API, or api=NAME
+// pairs; an API left out asks the peers for the bench's own model.
+func peerModels(v string) (map[string]string, error) {
+	out := map[string]string{}
+	if v == "" {
+		return out, nil
+	}
+	if !strings.Contains(v, "=") {
+		for _, api := range bench.Endpoints {
+			out[api] = v
+		}
+		return out, nil
+	}
+	for pair := range strings.SplitSeq(v, ",") {
+		api, name, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || name == "" || !slices.Contains(bench.Endpoints, api) {
+			return nil, fmt.Errorf("%q is not API=NAME with API one of %s", pair, strings.Join(bench.Endpoints, ", "))
+		}
+		out[api] = name
+	}
+	return out, nil
+}
+
+// peerName names the i-th -peer in the tables: "peer" alone, else
+// "peer-1", "peer-2"...
+func peerName(peers []string, i int) string {
+	if len(peers) == 1 {
+		return "peer"
+	}
+	return fmt.Sprintf("peer-%d", i+1)
 }
 
 // benchTargets are the processes a bench run starts.
@@ -131,7 +241,7 @@ func (b *benchTargets) stop() {
 
 // startBenchTargets starts the emulator, the bare proxy, nginx if it is
 // installed, and a node, each in its own process.
-func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64, memLimit string) (_ *benchTargets, err error) {
+func startBenchTargets(ctx context.Context, stderr io.Writer, emuListen string, tps float64, memLimit string) (_ *benchTargets, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -146,7 +256,7 @@ func startBenchTargets(ctx context.Context, stderr io.Writer, tps float64, memLi
 			b.stop()
 		}
 	}()
-	emu := exec.Command(self, "emulate", "-listen", "127.0.0.1:0", "-tps", fmt.Sprint(tps))
+	emu := exec.Command(self, "emulate", "-listen", emuListen, "-tps", fmt.Sprint(tps))
 	emuURL, err := b.start(ctx, "emulator", regexp.MustCompile(`serving .* on (http://\S+)`), emu)
 	if err != nil {
 		return nil, err
@@ -229,8 +339,13 @@ regions: [{name: local, jurisdiction: xx}]
 probes: {disabled: true}
 tenants: [{name: bench, key_sha256: [%s]}]
 providers:
-  - {name: emulator, region: local, base_url: %q, models: [{name: gpt-4o-mini, input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6}]}
-`, b.dir, hex.EncodeToString(sum[:]), emuURL)
+  - name: emulator
+    region: local
+    base_url: %q
+    models:
+      - {name: gpt-4o-mini, input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6}
+      - {name: %s, api: embeddings, input_usd_per_mtok: 0.02}
+`, b.dir, hex.EncodeToString(sum[:]), emuURL, benchEmbeddingModel)
 	path := filepath.Join(b.dir, "node.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"net"
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"testing"
 )
@@ -152,5 +156,94 @@ func TestBenchSpillMatchesTheSimulator(t *testing.T) {
 	}
 	if doc.GapAll > 0.10 {
 		t.Errorf("the simulator's GPU share is %.1f points from the live node's: %v against %v", 100*doc.GapAll, doc.Simulated.ServedBy, live.ServedBy)
+	}
+}
+
+// `llmesh bench -peer`: another gateway (here a second bare proxy, its
+// own process) pointed at the bench's emulator, at the address -emulator
+// fixes, is loaded beside the others on every endpoint asked for, under
+// the model name -peer-model gives it, with its key from the environment.
+func TestBenchPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several processes: not with -short")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu := ln.Addr().String()
+	ln.Close()
+	peer := exec.Command(binary, "bench", "proxy", "-listen", "127.0.0.1:0", "-upstream", "http://"+emu)
+	stderr, err := peer.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = peer.Process.Kill(); _ = peer.Wait() })
+	addr := waitLine(t, bufio.NewReader(stderr), regexp.MustCompile(`proxy listening on (\S+)`))[1]
+
+	cmd := exec.Command(binary, "bench", "-rate", "50", "-duration", "1s", "-stream", "0.5", "-endpoint", "chat,embeddings,responses",
+		"-emulator", emu, "-peer", "http://"+addr+"/v1", "-peer-model", "chat=gpt-4o-mini,embeddings=text-embedding-3-large", "-json")
+	cmd.Env = append(os.Environ(), "LLMESH_BENCH_PEER_KEY=sk-peer-secret")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var doc struct {
+		Runs []struct {
+			Endpoint string
+			Results  []struct {
+				Target                      string
+				Sent, OK, Errors, Truncated int
+			}
+			Added []struct{ Target string } `json:"added_over_direct"`
+		}
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var apis []string
+	for _, run := range doc.Runs {
+		apis = append(apis, run.Endpoint)
+		var peerRow bool
+		for _, r := range run.Results {
+			if r.Target == "peer" {
+				peerRow = true
+				if r.Sent != 50 || r.OK+r.Truncated != r.Sent {
+					t.Errorf("%s: the peer: %+v", run.Endpoint, r)
+				}
+			}
+			if r.Target == "llmesh" && r.OK != r.Sent {
+				t.Errorf("%s: the node: %+v", run.Endpoint, r)
+			}
+		}
+		if !peerRow || !slices.ContainsFunc(run.Added, func(a struct{ Target string }) bool { return a.Target == "peer" }) {
+			t.Errorf("%s: no row for the peer: %s", run.Endpoint, out)
+		}
+	}
+	if !slices.Equal(apis, []string{"chat", "embeddings", "responses"}) {
+		t.Fatalf("runs %v, want chat, embeddings, responses", apis)
+	}
+}
+
+func TestBenchEndpointAndPeerModelFlags(t *testing.T) {
+	if got, err := benchEndpoints("responses, chat,responses"); err != nil || !slices.Equal(got, []string{"responses", "chat"}) {
+		t.Errorf("benchEndpoints: %v, %v", got, err)
+	}
+	if _, err := benchEndpoints("chat,rerank"); err == nil {
+		t.Error("benchEndpoints took rerank")
+	}
+	if m, err := peerModels("mine"); err != nil || m["chat"] != "mine" || m["embeddings"] != "mine" || m["responses"] != "mine" {
+		t.Errorf("peerModels(mine): %v, %v", m, err)
+	}
+	if m, err := peerModels("chat=a,embeddings=b"); err != nil || m["chat"] != "a" || m["embeddings"] != "b" || m["responses"] != "" {
+		t.Errorf("peerModels(pairs): %v, %v", m, err)
+	}
+	for _, bad := range []string{"chat=", "rerank=x", "chat=a,b"} {
+		if _, err := peerModels(bad); err == nil {
+			t.Errorf("peerModels(%q) took it", bad)
+		}
 	}
 }

@@ -10,6 +10,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,13 @@ type Target struct {
 	Name string
 	URL  string
 	PID  int
+	// Model and Key, when set, replace the run's for this target: another
+	// gateway may name the model otherwise, and take its own key.
+	Model, Key string
 }
+
+// Endpoints are the APIs a run can load, by the name -endpoint takes.
+var Endpoints = []string{"chat", "embeddings", "responses"}
 
 // Config is one run's load.
 type Config struct {
@@ -45,6 +52,9 @@ type Config struct {
 	// MaxTokens is each answer's length; Model and Key what requests say.
 	MaxTokens  int
 	Model, Key string
+	// Endpoint is the API loaded: chat (the default), embeddings (never
+	// streamed) or responses.
+	Endpoint string `json:",omitempty"`
 	// Prompt is the user message; empty means a short one.
 	Prompt string
 	// Timeout bounds one request.
@@ -162,7 +172,7 @@ func Run(ctx context.Context, cfg Config, targets []Target) ([]Result, error) {
 	return out, nil
 }
 
-// hold opens cfg.Hold long streams to t, each followed by another when it
+// hold opens cfg.Hold long chat streams to t, each followed by another when it
 // ends, and returns once each has its first byte (or failed), so that the
 // load that follows meets them all open. They stay open until the
 // returned function is called, which waits until they are closed again.
@@ -173,7 +183,7 @@ func hold(ctx context.Context, client *http.Client, cfg Config, t Target) (stop 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"stream":true,"messages":[{"role":"user","content":%q}]}`,
-		cfg.Model, max(cfg.HoldTokens, 1), cfg.Prompt)
+		cmp.Or(t.Model, cfg.Model), max(cfg.HoldTokens, 1), cfg.Prompt)
 	var wg, open sync.WaitGroup
 	open.Add(cfg.Hold)
 	for range cfg.Hold {
@@ -181,7 +191,7 @@ func hold(ctx context.Context, client *http.Client, cfg Config, t Target) (stop 
 			first := sync.OnceFunc(open.Done)
 			defer first()
 			for ctx.Err() == nil {
-				holdOne(ctx, client, cfg.Key, t.URL, body, first)
+				holdOne(ctx, client, cmp.Or(t.Key, cfg.Key), t.URL, body, first)
 			}
 		})
 	}
@@ -324,17 +334,44 @@ func closedLoop(ctx context.Context, client *http.Client, cfg Config, t Target) 
 	return out
 }
 
+// request is the body and path of one request of cfg's endpoint to t.
+func request(cfg Config, t Target, stream bool) (path, body string) {
+	model := cfg.Model
+	if t.Model != "" {
+		model = t.Model
+	}
+	switch cfg.Endpoint {
+	case "embeddings":
+		return "/embeddings", fmt.Sprintf(`{"model":%q,"input":%q}`, model, cfg.Prompt)
+	case "responses":
+		return "/responses", fmt.Sprintf(`{"model":%q,"max_output_tokens":%d,"stream":%v,"input":%q}`,
+			model, max(cfg.MaxTokens, 16), stream, cfg.Prompt) // OpenAI's least max_output_tokens is 16
+	}
+	return "/chat/completions", fmt.Sprintf(`{"model":%q,"max_tokens":%d,"stream":%v,"messages":[{"role":"user","content":%q}]}`,
+		model, cfg.MaxTokens, stream, cfg.Prompt)
+}
+
+// ended reports whether line ends a stream of cfg's endpoint: chat's
+// [DONE], a Responses stream's terminal event.
+func ended(cfg Config, line []byte) bool {
+	if cfg.Endpoint == "responses" {
+		return bytes.HasPrefix(line, []byte("event: response.completed")) ||
+			bytes.HasPrefix(line, []byte("event: response.incomplete"))
+	}
+	return bytes.HasPrefix(line, []byte("data: [DONE]"))
+}
+
 // one sends one request and reads its answer whole.
 func one(ctx context.Context, client *http.Client, cfg Config, t Target, stream bool) sample {
-	body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"stream":%v,"messages":[{"role":"user","content":%q}]}`,
-		cfg.Model, cfg.MaxTokens, stream, cfg.Prompt)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL+"/chat/completions", strings.NewReader(body))
+	stream = stream && cfg.Endpoint != "embeddings"
+	path, body := request(cfg, t, stream)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL+path, strings.NewReader(body))
 	if err != nil {
 		return sample{err: err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if cfg.Key != "" {
-		req.Header.Set("Authorization", "Bearer "+cfg.Key)
+	if key := cmp.Or(t.Key, cfg.Key); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	start := time.Now()
 	resp, err := client.Do(req)
@@ -363,7 +400,7 @@ func one(ctx context.Context, client *http.Client, cfg Config, t Target, stream 
 		if first {
 			s.ttfb = time.Since(start)
 		}
-		if bytes.HasPrefix(line, []byte("data: [DONE]")) {
+		if ended(cfg, line) {
 			done = true
 		}
 		if err != nil {
