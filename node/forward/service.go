@@ -99,6 +99,10 @@ type Sink struct {
 	headSent bool
 	buf      []byte
 	err      error
+	// data and reply carry every Data message, reused: Send serializes
+	// a message before it returns, so a stream's flushes allocate none.
+	data  pb.ForwardReply_Data
+	reply pb.ForwardReply
 }
 
 // Header is the answer's header, sent with the head.
@@ -143,8 +147,11 @@ func (s *Sink) Flush() error {
 	for i := 0; i < len(s.buf) && s.err == nil; i += chunk {
 		// Send serializes the message before it returns, so the buffer
 		// may be reused.
-		s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Data{Data: s.buf[i:min(i+chunk, len(s.buf))]}})
+		s.data.Data = s.buf[i:min(i+chunk, len(s.buf))]
+		s.reply.Part = &s.data
+		s.send(&s.reply)
 	}
+	s.data.Data = nil
 	s.buf = s.buf[:0]
 	return s.err
 }

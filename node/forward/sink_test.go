@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/llmesh/llmesh/proto"
 )
@@ -26,7 +27,9 @@ func (s *sentStream) Send(m *pb.ForwardReply) error {
 	if s.failAfter > 0 && len(s.sent) >= s.failAfter {
 		return errors.New("the sender went away")
 	}
-	s.sent = append(s.sent, m)
+	// A copy, as gRPC serializes the message before Send returns: the
+	// sink reuses its messages.
+	s.sent = append(s.sent, proto.CloneOf(m))
 	return nil
 }
 
