@@ -317,7 +317,9 @@ func (p *Planner) Plan(req *Request, now time.Time) (*Plan, error) {
 	if len(plan.Targets) == 0 {
 		return plan, plan.unavailable(req)
 	}
-	sort.Stable(byPolicy{req, policy, plan.Targets})
+	if len(plan.Targets) > 1 { // (the interface's box is an allocation)
+		sort.Stable(byPolicy{req, policy, plan.Targets})
+	}
 	spillSlow(plan.Targets)
 	p.planContextFallback(req, plan, policy, sticky, now)
 	return plan, nil
