@@ -12,6 +12,7 @@ type answerDoc struct {
 	choices, data bool   // a non-empty choices (data) array
 	usage         []byte // the usage object; nil when absent or null
 	id, object    []byte // JSON strings; nil when absent or null
+	model         []byte // the model member's value, of any type; nil when absent
 }
 
 // scanAnswer reads b, a whole answer; false when it is not a JSON object
@@ -34,6 +35,8 @@ func scanAnswer(b []byte) (answerDoc, bool) {
 			d.id, ok = kindOf(v, '"', ok)
 		case "object":
 			d.object, ok = kindOf(v, '"', ok)
+		case "model":
+			d.model = v
 		}
 		return nil
 	})

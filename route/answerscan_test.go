@@ -2,6 +2,7 @@ package route
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 )
 
@@ -62,6 +63,78 @@ func BenchmarkDecodeUsage(b *testing.B) {
 	for b.Loop() {
 		if _, err := decodeUsage(in); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// What reading a whole answer costs per pass, on an embedding (19 KB of
+// numbers, the largest whole answers the node reads): validation,
+// scanning its members, and the model's and cost's rewrite.
+func BenchmarkWholeEmbedding(b *testing.B) {
+	in, err := os.ReadFile("testdata/embedding.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(in)))
+	b.Run("valid", func(b *testing.B) {
+		for b.Loop() {
+			json.Valid(in)
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := scanAnswer(in); !ok {
+				b.Fatal("not an answer")
+			}
+		}
+	})
+	buf := make([]byte, 0, len(in)+128)
+	b.Run("rewrite", func(b *testing.B) {
+		for b.Loop() {
+			withModelCost(buf[:0], in, "text-embedding-3-small", 0.0000004, true)
+		}
+	})
+	doc, _ := scanAnswer(in)
+	b.Run("rewrite-scanned", func(b *testing.B) {
+		for b.Loop() {
+			withModelCostIn(buf[:0], in, &doc, "text-embedding-3-small", 0.0000004, true)
+		}
+	})
+}
+
+// An answer's rewrite from scanAnswer's members equals the one that
+// looks for them.
+func TestRewriteFromScannedMembers(t *testing.T) {
+	emb, err := os.ReadFile("testdata/embedding.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{
+		string(emb),
+		`{"id":"c","object":"chat.completion","model":"gpt-4o-mini-2024","choices":[{"index":0}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+		`{"model":"m","usage":{}}`,
+		`{"usage":{"prompt_tokens":1,"cost":0.5},"model":"other"}`,
+		`{"model":7,"usage":{"prompt_tokens":1}}`,
+		`{"choices":[1]}`,
+		`{"model":"m"}`,
+	} {
+		b := []byte(in)
+		doc, ok := scanAnswer(b)
+		if !ok {
+			t.Fatalf("not an answer: %.80s", in)
+		}
+		for _, name := range []string{"", "m", "gpt-4o-mini"} {
+			want, wok := withModelCost(nil, b, name, 0.000012, true)
+			got, gok := withModelCostIn(nil, b, &doc, name, 0.000012, true)
+			if gok != wok || string(got) != string(want) {
+				t.Errorf("%.80s as %q: %v %.120s; want %v %.120s", in, name, gok, got, wok, want)
+			}
+			// A doc of another copy of the answer: its members are looked
+			// for again.
+			got, gok = withModelCostIn(nil, []byte(in), &doc, name, 0.000012, true)
+			if gok != wok || string(got) != string(want) {
+				t.Errorf("%.80s as %q: %v %.120s; want %v %.120s", in, name, gok, got, wok, want)
+			}
 		}
 	}
 }

@@ -236,7 +236,7 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	defer respBuffers.Put(named)
 	named.Reset()
 	named.Grow(len(answer) + len(t.answerModel()) + 48)
-	if b, ok := withModelCost(named.AvailableBuffer(), answer, t.answerModel(), cost, doc.usage != nil); ok {
+	if b, ok := withModelCostIn(named.AvailableBuffer(), answer, &doc, t.answerModel(), cost, doc.usage != nil); ok {
 		answer = b
 	}
 	if req.Chat.API == APIResponses {

@@ -96,6 +96,10 @@ type Provider struct {
 	// by NewCatalog.
 	Prefix *PrefixIndex
 	// replicaKeys name each replica for its own health tracking.
+	// authName and authValue are the header carrying the key and its
+	// value, made once for every upstream request (setAuth).
+	authName    string
+	authValue   []string
 	replicaKeys []string
 	// replicaNames name each replica to clients (ReplicaName).
 	replicaNames []string
@@ -215,6 +219,7 @@ func NewCatalog(providers []Provider, groups ...Group) (*Catalog, error) {
 		if len(bases) == 0 {
 			bases = []string{p.BaseURL}
 		}
+		p.authName, p.authValue = authHeader(p)
 		p.replicaKeys = make([]string, len(bases))
 		p.replicaNames = make([]string, len(bases))
 		for i, b := range bases {

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"unsafe"
 )
 
 // HeaderCost names the actual cost of an answer in USD, rounded to the
@@ -111,20 +112,44 @@ type splice struct {
 // also sets usage.cost to usd in the same pass: the members are walked
 // once and the answer copied once, into dst.
 func withModelCost(dst, data []byte, name string, usd float64, withCost bool) ([]byte, bool) {
+	return withModelCostIn(dst, data, nil, name, usd, withCost)
+}
+
+// withModelCostIn is withModelCost for an answer whose members doc, from
+// scanAnswer(data), already located: the model and usage are not looked
+// for again (an embedding's members lie past 20 KB of numbers). A nil
+// doc looks for them.
+func withModelCostIn(dst, data []byte, doc *answerDoc, name string, usd float64, withCost bool) ([]byte, bool) {
 	var edits [2]splice
 	n := 0
 	if name != "" {
-		if v, ok := topValue(data, `"model"`); ok && data[v] == '"' {
-			if end := valueEnd(data, v); end > 0 && !(end-v == len(name)+2 && string(data[v+1:end-1]) == name) {
-				edits[n] = splice{start: v, end: end, model: name}
-				n++
+		v, end, ok := 0, 0, false
+		if doc != nil {
+			v, end, ok = within(data, doc.model)
+		}
+		if !ok && (doc == nil || doc.model != nil) { // (a doc of another copy)
+			if v, ok = topValue(data, `"model"`); ok {
+				end = valueEnd(data, v)
 			}
+		}
+		if ok && data[v] == '"' && end > 0 && !(end-v == len(name)+2 && string(data[v+1:end-1]) == name) {
+			edits[n] = splice{start: v, end: end, model: name}
+			n++
 		}
 	}
 	if withCost {
-		if e, ok := usageCostEdit(data); ok {
-			edits[n] = e
-			n++
+		v, end, ok := 0, 0, false
+		if doc != nil {
+			v, end, ok = within(data, doc.usage)
+		}
+		if !ok && (doc == nil || doc.usage != nil) {
+			v, end, ok = usageMember(data)
+		}
+		if ok {
+			if e, ok := usageCostEdit(data, v, end); ok {
+				edits[n] = e
+				n++
+			}
 		}
 	}
 	if n == 0 {
@@ -156,14 +181,10 @@ func withModelCost(dst, data []byte, name string, usd float64, withCost bool) ([
 	return append(dst, data[at:]...), true
 }
 
-// usageCostEdit is the edit of data's top-level usage object that sets
-// its cost: the value of a cost member replaced, or one added before the
-// object's closing brace.
-func usageCostEdit(data []byte) (splice, bool) {
-	v, end, ok := usageMember(data)
-	if !ok {
-		return splice{}, false
-	}
+// usageCostEdit is the edit of data's top-level usage object,
+// data[v:end], that sets its cost: the value of a cost member replaced,
+// or one added before the object's closing brace.
+func usageCostEdit(data []byte, v, end int) (splice, bool) {
 	u := data[v:end]
 	if c, ok := topValue(u, `"cost"`); ok {
 		if cend := valueEnd(u, c); cend > c {
@@ -174,6 +195,19 @@ func usageCostEdit(data []byte) (splice, bool) {
 	i := skipSpace(u, 1)
 	brace := v + len(u) - 1 // the object's closing brace
 	return splice{start: brace, end: brace, key: true, comma: i < len(u) && u[i] != '}'}, true
+}
+
+// within is where v, a part of data (a member's value scanAnswer found),
+// lies in it; false for nil or a v elsewhere.
+func within(data, v []byte) (start, end int, ok bool) {
+	if len(v) == 0 || len(data) == 0 {
+		return 0, 0, false
+	}
+	off := int(uintptr(unsafe.Pointer(&v[0])) - uintptr(unsafe.Pointer(&data[0])))
+	if off < 0 || off+len(v) > len(data) {
+		return 0, 0, false
+	}
+	return off, off + len(v), true
 }
 
 // usageMember is where the top-level "usage" object of the JSON object

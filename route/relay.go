@@ -45,14 +45,16 @@ type relayState struct {
 }
 
 var relayStates = sync.Pool{New: func() any {
-	return &relayState{rd: sseReader{br: bufio.NewReaderSize(nil, sseBufferSize)}, out: make([]byte, 0, 4<<10), named: make([]byte, 0, 1<<10)}
+	// out and named hold one event each (a few hundred bytes) and grow
+	// past that only for a larger one: every open stream holds a state.
+	return &relayState{rd: sseReader{br: bufio.NewReaderSize(nil, sseBufferSize)}, out: make([]byte, 0, 1<<10)}
 }}
 
 // put returns st to the pool, emptied.
 func (st *relayState) put() {
 	st.rd.reset(nil, 0)
 	if cap(st.out) > 64<<10 { // after an unusually large event
-		st.out = make([]byte, 0, 4<<10)
+		st.out = make([]byte, 0, 1<<10)
 	}
 	if cap(st.named) > 64<<10 {
 		st.named = nil

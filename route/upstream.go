@@ -83,17 +83,29 @@ func newTransport(cfg ExecutorConfig) *http.Transport {
 
 // setAuth puts provider credentials on an upstream request.
 func setAuth(h http.Header, p *Provider) {
-	if p.APIKey == "" {
+	if p.authValue != nil {
+		h[p.authName] = p.authValue
 		return
+	}
+	if name, value := authHeader(p); value != nil {
+		h[name] = value
+	}
+}
+
+// authHeader is the header that carries p's key and its value; nil
+// without a key. The value is shared by every request that sends it,
+// and never written in place.
+func authHeader(p *Provider) (string, []string) {
+	if p.APIKey == "" {
+		return "", nil
 	}
 	switch p.Kind {
 	case KindAzure:
-		h["Api-Key"] = []string{p.APIKey.Reveal()}
+		return "Api-Key", []string{p.APIKey.Reveal()}
 	case KindAnthropic:
-		h["X-Api-Key"] = []string{p.APIKey.Reveal()}
-	default:
-		h["Authorization"] = []string{"Bearer " + p.APIKey.Reveal()}
+		return "X-Api-Key", []string{p.APIKey.Reveal()}
 	}
+	return "Authorization", []string{"Bearer " + p.APIKey.Reveal()}
 }
 
 // retryAfter reads how long a 429 asks to wait: Retry-After (seconds or an
