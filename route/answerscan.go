@@ -19,7 +19,7 @@ type answerDoc struct {
 // or one of its members has the wrong type (as decoding it would fail).
 func scanAnswer(b []byte) (answerDoc, bool) {
 	var d answerDoc
-	if !json.Valid(b) || b[skipSpace(b, 0)] != '{' {
+	if !validJSON(b) || b[skipSpace(b, 0)] != '{' {
 		return d, false
 	}
 	ok := true
@@ -81,7 +81,7 @@ func decodeUsage(b []byte) (Usage, error) {
 // integers, in place; false for anything else (Usage.UnmarshalJSON's
 // work then).
 func scanUsage(b []byte) (Usage, bool) {
-	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+	if len(b) == 0 || b[0] != '{' || !validJSON(b) {
 		return Usage{}, false
 	}
 	// Each member as encoding/json reads it: the last of a name given

@@ -350,7 +350,7 @@ func chunkUsage(data []byte) (Usage, bool) {
 
 // isUsageOnly reports whether a chunk is the final usage chunk: no choices.
 func isUsageOnly(data []byte) bool {
-	if !json.Valid(data) { // once a stream: a broken chunk is relayed
+	if !validJSON(data) { // once a stream: a broken chunk is relayed
 		return false
 	}
 	v, ok := topValue(data, `"choices"`)

@@ -239,7 +239,7 @@ func topMembers(body []byte) ([]member, error) {
 	switch {
 	case len(bytes.TrimSpace(body)) == 0:
 		return nil, invalid("", "the request body is empty")
-	case !json.Valid(body):
+	case !validJSON(body):
 		return nil, invalid("", "the request body is not valid JSON")
 	case !utf8.Valid(body):
 		return nil, invalid("", "the request body is not valid UTF-8")
