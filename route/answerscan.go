@@ -1,6 +1,9 @@
 package route
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // Reading what the node needs from a provider's answer — whether it is
 // one, its usage, its id — by scanning it in place, without
@@ -105,6 +108,8 @@ func scanUsage(b []byte) (Usage, bool) {
 		_ = eachMember(v, func(key string, v []byte) error {
 			if key == "cached_tokens" {
 				n = count(v)
+			} else if strings.EqualFold(key, "cached_tokens") {
+				ok = false // encoding/json's case-insensitive match
 			}
 			return nil
 		})
@@ -124,11 +129,23 @@ func scanUsage(b []byte) (Usage, bool) {
 			promptCached = cached(v)
 		case "input_tokens_details":
 			inputCached = cached(v)
+		default:
+			// A name encoding/json matches, ignoring case, to one of
+			// these: its reading, which the fallback gives.
+			for _, name := range usageNames {
+				if strings.EqualFold(key, name) {
+					ok = false
+				}
+			}
 		}
 		return nil
 	})
 	return Usage{PromptTokens: prompt + input, CompletionTokens: completion + output, CachedTokens: promptCached + inputCached}, ok
 }
+
+// usageNames are the members scanUsage reads.
+var usageNames = [...]string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens",
+	"prompt_tokens_details", "input_tokens_details"}
 
 // plainInt reads an integer of at most 18 digits, without exponent or
 // fraction; false for anything else.

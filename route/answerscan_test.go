@@ -22,6 +22,8 @@ func TestScannedUsageMatchesDecoded(t *testing.T) {
 		`{"prompt_tokens":1,"prompt_tokens":2}`,           // the last counts
 		`{"prompt_tokens":12,"completion_tokens":34`,      // cut
 		`{}`,
+		`{"prompt_tokens":5,"Completion_tokens":1}`,                       // encoding/json ignores case
+		`{"prompt_tokens_details":{"Cached_Tokens":3},"prompt_tokens":4}`, // here too
 	} {
 		var want Usage
 		werr := json.Unmarshal([]byte(in), &want)
