@@ -34,7 +34,7 @@ func (n *Node) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := n.admit(&inbound{origin: fromClient, planOnly: true, tenant: t, start: n.now(), api: api,
-		read:    func() ([]byte, error) { return n.readBody(w, http.NewResponseController(w), r) },
+		pending: true, client: clientBody{w: w, rc: http.NewResponseController(w), r: r},
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency")})
 	if errors.Is(err, errModelNotAllowed) && req != nil {
 		writeJSON(w, http.StatusOK, n.explanation(req, nil, err)) // the key's refusal is the plan

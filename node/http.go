@@ -228,16 +228,16 @@ func (n *Node) api(api route.API) http.HandlerFunc {
 
 func (n *Node) clientRequest(api route.API, w http.ResponseWriter, r *http.Request) {
 	sink := &httpSink{w: w, rc: *http.NewResponseController(w), timeout: n.s.ClientWrite}
-	n.serve(r.Context(), n.clientInbound(api, w, &sink.rc, r, func() ([]byte, error) { return n.readBody(w, &sink.rc, r) }), sink)
+	n.serve(r.Context(), n.clientInbound(api, w, &sink.rc, r, nil), sink)
 }
 
 // clientInbound is the inbound of a client's request of api: its tenant (or
-// why it has none), its request id and headers, read for its body, and
-// unread for a refusal before it.
+// why it has none), its request id and headers, and its body still to be
+// read, through read when it is not nil (a body to translate).
 func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.ResponseController, r *http.Request, read func() ([]byte, error)) *inbound {
 	t, ok := n.tenants.Load().Authenticate(r)
 	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
-		unread:  func() { n.refuseUnread(w, rc, r) },
+		pending: true, client: clientBody{w: w, rc: rc, r: r},
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
 		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate"), cache: r.Header.Get(cacheHeader),
 		// (The canonical name: Values would allocate it, on every request.)

@@ -41,7 +41,7 @@ func (n *Node) messagesHandler(w http.ResponseWriter, r *http.Request) {
 	})
 	if r.Header.Get("Anthropic-Version") == "" {
 		n.identify(w.Header(), in.id)
-		in.unread()
+		n.refuseUnreadBody(in)
 		sink.refuse(http.StatusBadRequest, errNoVersion.Error())
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -53,14 +54,15 @@ type inbound struct {
 	// key is the API key's id a peer sent with its tenant's name (a
 	// client's is its authenticated tenant's Key).
 	key string
-	// body is the request body. When read is set, admit calls it for the
-	// body once the tenant holds its place: a client's body is read only
-	// then, within the size limit and the body read timeout.
-	body []byte
-	read func() ([]byte, error)
-	// unread, when set, is called when the request is refused before
-	// read was: the transport then answers without waiting for the body.
-	unread func()
+	// body is the request body. A client's is read only once the tenant
+	// holds its place (pending until then), within the size limit and
+	// the body read timeout: admit reads it then from client, or through
+	// read when that is set (a body to translate). Refused before,
+	// refuseUnreadBody lets the transport answer without waiting for it.
+	body    []byte
+	pending bool
+	client  clientBody
+	read    func() ([]byte, error)
 	// session is the affinity key as sent (X-LLMesh-Session, or the
 	// forward's); the body's user field stands in when it is "".
 	session string
@@ -129,11 +131,38 @@ func (n *Node) admit(in *inbound) (*route.Request, error) {
 // the target serves (a group's member, say), which may be longer.
 const renameSlack = 1 << 10
 
+// clientBody is a client's request, whose body is read once its tenant
+// holds a place: the request and its response, with the controller that
+// sets their deadlines.
+type clientBody struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	r  *http.Request
+}
+
+// readClientBody reads in's pending body, once.
+func (n *Node) readClientBody(in *inbound) ([]byte, error) {
+	in.pending = false
+	if read := in.read; read != nil {
+		in.read = nil
+		return read()
+	}
+	c := &in.client
+	return n.readBody(c.w, c.rc, c.r)
+}
+
+// refuseUnreadBody lets the transport answer a request refused before
+// its body was read without waiting for the body.
+func (n *Node) refuseUnreadBody(in *inbound) {
+	if c := &in.client; in.pending && c.r != nil {
+		n.refuseUnread(c.w, c.rc, c.r)
+	}
+}
+
 // admitBody is admit from the body on.
 func (n *Node) admitBody(in *inbound) (*route.Request, error) {
-	if in.read != nil {
-		b, err := in.read()
-		in.read = nil
+	if in.pending {
+		b, err := n.readClientBody(in)
 		if err != nil {
 			return nil, err
 		}

@@ -56,9 +56,7 @@ func (n *Node) serve(ctx context.Context, in *inbound, sink answerSink) (a answe
 	defer func() { n.account(n.decisionOf(in, req, rt, a), sp) }()
 	req, err := n.admit(in)
 	if err != nil {
-		if in.read != nil && in.unread != nil {
-			in.unread() // refused before its body was read
-		}
+		n.refuseUnreadBody(in) // refused before its body was read
 		return answer{status: n.writeError(sink, err), err: err}
 	}
 	defer n.tenantLeave(req.Tenant)
