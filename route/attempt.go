@@ -250,7 +250,7 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 	buf := respBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer respBuffers.Put(buf)
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, e.cfg.MaxResponseBytes+1)); err != nil {
+	if err := readUpTo(buf, resp.Body, e.cfg.MaxResponseBytes+1); err != nil {
 		return c.readErr(err, "read answer")
 	}
 	if int64(buf.Len()) > e.cfg.MaxResponseBytes {
@@ -316,6 +316,26 @@ func (c *call) whole(resp *http.Response) *attemptResult {
 		return c.fail(OutcomeCanceled, "write answer: %v", err)
 	}
 	return a
+}
+
+// readUpTo reads r into buf until its end or limit bytes, as
+// buf.ReadFrom(io.LimitReader(r, limit)) does without the reader's
+// allocation.
+func readUpTo(buf *bytes.Buffer, r io.Reader, limit int64) error {
+	for int64(buf.Len()) < limit {
+		buf.Grow(512)
+		room := buf.AvailableBuffer()
+		room = room[:min(int64(cap(room)), limit-int64(buf.Len()))]
+		n, err := r.Read(room)
+		buf.Write(room[:n])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // countWhole counts the usage of an answer that reported none.

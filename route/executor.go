@@ -128,6 +128,7 @@ type Attempt struct {
 type Result struct {
 	Target   *Target // the target that answered; nil when none did
 	Attempts []Attempt
+	first    [1]Attempt // Attempts' own room for the first
 	Usage    Usage
 	// UsageCounted means the provider reported no usage and the node
 	// counted the tokens itself.
@@ -278,7 +279,9 @@ func (e *Executor) Close() { e.client.CloseIdleConnections() }
 // providers and statuses only: what a provider said in an error body can
 // hold internal names, so it goes to Result.Attempts, never the client.
 func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink ResponseSink) (*Result, error) {
-	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink, res: &Result{}}
+	res := &Result{}
+	res.Attempts = res.first[:0:1] // most requests make one attempt
+	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink, res: res}
 	for i := range plan.Targets {
 		if r.attempts >= e.cfg.MaxAttempts {
 			break
