@@ -40,8 +40,11 @@ func eachMember(b []byte, fn func(key string, v []byte) error) error {
 }
 
 // scanArray returns the elements of the array b, which json.Valid accepted.
-func scanArray(b []byte) [][]byte {
-	out := make([][]byte, 0, 4)
+func scanArray(b []byte) [][]byte { return scanArrayInto(make([][]byte, 0, 4), b) }
+
+// scanArrayInto is scanArray appending to out (a caller's buffer, which
+// may live on its stack).
+func scanArrayInto(out [][]byte, b []byte) [][]byte {
 	i := skipSpace(b, skipSpace(b, 0)+1)
 	for i < len(b) && b[i] != ']' {
 		end := skipValue(b, i)
@@ -53,13 +56,13 @@ func scanArray(b []byte) [][]byte {
 	return out
 }
 
-// scanObject lists the top-level members of b, which json.Valid accepted.
-func scanObject(b []byte) ([]member, error) {
+// scanObject lists the top-level members of b, which json.Valid accepted,
+// appended to out.
+func scanObject(out []member, b []byte) ([]member, error) {
 	i := skipSpace(b, 0)
 	if b[i] != '{' {
 		return nil, invalid("", "the request body must be a JSON object")
 	}
-	out := make([]member, 0, 8)
 	var seen map[string]struct{}
 	i = skipSpace(b, i+1)
 	for b[i] != '}' {

@@ -58,6 +58,7 @@ type ChatRequest struct {
 	raw        []byte
 	rawLen     int // a synthetic request's body length (it has no body)
 	members    []member
+	memberRoom [8]member // members' room in the request's own allocation
 }
 
 // Message is one entry of messages, decoded only as far as routing and
@@ -158,11 +159,12 @@ func SyntheticChat(model string, promptTokens, maxTokens int, stream bool, user 
 // a body whose "model" appears twice could be routed on one value and
 // executed by a provider that reads the other.
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	members, err := topMembers(body)
+	r := &ChatRequest{raw: body, N: 1}
+	members, err := topMembersInto(r.memberRoom[:0], body)
 	if err != nil {
 		return nil, err
 	}
-	r := &ChatRequest{raw: body, members: members, N: 1}
+	r.members = members
 	var haveModel, haveMessages bool
 	var maxTokens, maxCompletion int
 	for _, m := range members {
@@ -235,7 +237,10 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 // mends it when decoding), but JSON exchanged is UTF-8 (RFC 8259 §8.1):
 // a body that is not would be read one way here and another by each
 // provider it is relayed to byte for byte.
-func topMembers(body []byte) ([]member, error) {
+func topMembers(body []byte) ([]member, error) { return topMembersInto(make([]member, 0, 8), body) }
+
+// topMembersInto is topMembers appending to out.
+func topMembersInto(out []member, body []byte) ([]member, error) {
 	switch {
 	case len(bytes.TrimSpace(body)) == 0:
 		return nil, invalid("", "the request body is empty")
@@ -244,7 +249,7 @@ func topMembers(body []byte) ([]member, error) {
 	case !utf8.Valid(body):
 		return nil, invalid("", "the request body is not valid UTF-8")
 	}
-	return scanObject(body)
+	return scanObject(out, body)
 }
 
 // CheckObject refuses, as every endpoint's parse does, a body that is not
@@ -261,7 +266,8 @@ func (r *ChatRequest) decodeMessages(v []byte) error {
 	if v[0] != '[' {
 		return invalid("messages", "must be an array of messages")
 	}
-	raws := scanArray(v)
+	var room [8][]byte // most conversations' messages, on the stack
+	raws := scanArrayInto(room[:0], v)
 	r.Messages = make([]Message, len(raws))
 	for i, raw := range raws {
 		m := &r.Messages[i]
