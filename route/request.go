@@ -152,7 +152,8 @@ func SyntheticChat(model string, promptTokens, maxTokens int, stream bool, user 
 }
 
 // ParseChatRequest decodes and validates body. The returned request keeps
-// body (it must not be modified afterwards). Errors are InvalidRequestError
+// body, and its messages' text shares body's bytes (alias): body must not
+// be modified afterwards. Errors are InvalidRequestError
 // naming the offending parameter.
 //
 // Beyond what encoding/json checks, it refuses duplicate top-level fields:
