@@ -165,11 +165,12 @@ func (c *call) commitStream() {
 // means the stream ends here.
 func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 	skip, usage := false, false
+	model, noChoices := chunkMembers(data)
 	if u, ok := chunkUsage(data); ok {
 		c.a.usage, st.sawUsage, usage = u, true, true
 		// Asked for by the node, not the client: keep it back.
 		skip = !c.req.Chat.IncludeUsage && isUsageOnly(data)
-	} else if !isError && emptyChoices(data) {
+	} else if !isError && noChoices {
 		// No choices and no usage, as Azure's first chunk (its
 		// prompt_filter_results, with "object":"" and "id":""): no chunk
 		// of OpenAI's API, whose clients may refuse it. Keep it back.
@@ -184,8 +185,9 @@ func (c *call) relayEvent(st *relayState, data []byte, isError bool) bool {
 		if usage { // the usage the client asked for says what it costs
 			cost := c.toldCost(Report{Answered: true, Known: true, Usage: c.a.usage})
 			b, ok = withModelCost(st.named, data, c.t.answerModel(), cost, true)
-		} else {
-			b, ok = withModel(st.named, data, c.t.answerModel())
+		} else if model != nil {
+			// The model found above, not looked for again.
+			b, ok = withModelCostIn(st.named, data, &answerDoc{model: model}, c.t.answerModel(), 0, false)
 		}
 		if ok {
 			st.named, out = b, b
@@ -360,51 +362,73 @@ func isUsageOnly(data []byte) bool {
 	return data[v] == '[' && skipSpace(data, v+1) < len(data) && data[skipSpace(data, v+1)] == ']'
 }
 
-// emptyChoices reports whether a chunk's choices are an empty array.
-func emptyChoices(data []byte) bool {
-	v, ok := topValue(data, `"choices"`)
-	if !ok || data[v] != '[' {
-		return false
-	}
-	i := skipSpace(data, v+1)
-	return i < len(data) && data[i] == ']'
-}
-
 // topValue returns the index of the value of the top-level member key
 // (quoted) of the object in data. It walks the members without decoding
 // them, and upstream input is not trusted to be valid: anything malformed
 // is not found.
-func topValue(data []byte, key string) (int, bool) {
+func topValue(data []byte, key string) (v int, ok bool) {
+	walkTop(data, func(name []byte, at int) bool {
+		if string(name) == key {
+			v, ok = at, true
+		}
+		return ok
+	})
+	return v, ok
+}
+
+// walkTop calls fn with the name (quoted) and the index of the value of
+// each top-level member of the object in data, in order, until fn says
+// stop or a member is malformed (walked as topValue walks).
+func walkTop(data []byte, fn func(name []byte, v int) (stop bool)) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return 0, false
+		return
 	}
 	for i = skipSpace(data, i+1); i < len(data) && data[i] == '"'; {
 		kend := valueEnd(data, i)
 		if kend < 0 {
-			return 0, false
+			return
 		}
 		name := data[i:kend]
 		if i = skipSpace(data, kend); i >= len(data) || data[i] != ':' {
-			return 0, false
+			return
 		}
 		v := skipSpace(data, i+1)
-		if v >= len(data) {
-			return 0, false
-		}
-		if string(name) == key {
-			return v, true
+		if v >= len(data) || fn(name, v) {
+			return
 		}
 		end := valueEnd(data, v)
 		if end < 0 {
-			return 0, false
+			return
 		}
 		if i = skipSpace(data, end); i >= len(data) || data[i] != ',' {
-			return 0, false
+			return
 		}
 		i = skipSpace(data, i+1)
 	}
-	return 0, false
+}
+
+// chunkMembers finds, in one walk, what relayEvent reads of a chunk: its
+// model's value (a slice of data, nil when absent or not ending within
+// it), and whether its choices are an empty array; the first of each
+// name, as topValue finds them.
+func chunkMembers(data []byte) (model []byte, noChoices bool) {
+	var seenModel, seenChoices bool
+	walkTop(data, func(name []byte, v int) bool {
+		switch {
+		case !seenModel && string(name) == `"model"`:
+			seenModel = true
+			if end := valueEnd(data, v); end > v {
+				model = data[v:end]
+			}
+		case !seenChoices && string(name) == `"choices"`:
+			seenChoices = true
+			i := skipSpace(data, v+1)
+			noChoices = data[v] == '[' && i < len(data) && data[i] == ']'
+		}
+		return seenModel && seenChoices
+	})
+	return model, noChoices
 }
 
 // valueEnd returns the index just past the value starting at data[i], or

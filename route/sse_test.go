@@ -135,7 +135,17 @@ func FuzzChunkUsage(f *testing.F) {
 			t.Fatalf("found %+v, the chunk says %+v", u, *c.Usage)
 		}
 		_ = isUsageOnly(data)
-		_ = emptyChoices(data)
+		// One walk finds what a walk for each would.
+		model, noChoices := chunkMembers(data)
+		var wantModel []byte
+		if v, ok := topValue(data, `"model"`); ok {
+			if end := valueEnd(data, v); end > v {
+				wantModel = data[v:end]
+			}
+		}
+		if string(model) != string(wantModel) || (model == nil) != (wantModel == nil) || noChoices != emptyChoices(data) {
+			t.Fatalf("chunkMembers: model %q, no choices %v; topValue finds %q, %v", model, noChoices, wantModel, emptyChoices(data))
+		}
 	})
 }
 
@@ -220,4 +230,15 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// emptyChoices reports whether a chunk's choices are an empty array,
+// found by topValue: what chunkMembers is held to.
+func emptyChoices(data []byte) bool {
+	v, ok := topValue(data, `"choices"`)
+	if !ok || data[v] != '[' {
+		return false
+	}
+	i := skipSpace(data, v+1)
+	return i < len(data) && data[i] == ']'
 }
