@@ -55,9 +55,9 @@ func doBench(b *testing.B, c *http.Client, url string, body []byte) {
 // maxNodeAllocs bounds the allocations the node adds to one request
 // (client, node and emulator share the process: the node's share is the
 // difference from a request sent straight to the emulator). Issue 24's
-// target is what a bare httputil.ReverseProxy adds (92 unary, 102
-// streamed); the node added 126 and 138 when this was set.
-const maxNodeAllocs = 150
+// target is what a bare httputil.ReverseProxy adds (92 unary, 101
+// streamed); the node added 117 and 129 when this was set.
+const maxNodeAllocs = 135
 
 // BenchmarkProxyPath measures one request end to end, sent straight to a
 // zero-latency emulator and through a node to it. allocs/op counts the
