@@ -110,13 +110,23 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	for i, u := range peers {
 		targets = append(targets, bench.Target{Name: peerName(peers, i), URL: u, Key: os.Getenv("LLMESH_BENCH_PEER_KEY")})
 	}
-	type run struct {
-		Endpoint string         `json:"endpoint"`
-		Config   bench.Config   `json:"config"`
-		Results  []bench.Result `json:"results"`
-		Added    []bench.Added  `json:"added_over_direct"`
-	}
-	var done []run
+	return runEndpoints(ctx, cfg, targets, runs, models, *asJSON, stdout, stderr)
+}
+
+// benchRun is one endpoint's run, as -json prints it.
+type benchRun struct {
+	Endpoint string         `json:"endpoint"`
+	Config   bench.Config   `json:"config"`
+	Results  []bench.Result `json:"results"`
+	Added    []bench.Added  `json:"added_over_direct"`
+}
+
+// runEndpoints loads targets with cfg for each of the APIs in runs in
+// turn (the peers asking for models' names for each), and prints every
+// run's table, or all of them as JSON.
+func runEndpoints(ctx context.Context, cfg bench.Config, targets []bench.Target, runs []string, models map[string]string,
+	asJSON bool, stdout, stderr io.Writer) int {
+	var done []benchRun
 	for i, api := range runs {
 		c := cfg
 		c.Endpoint = api
@@ -134,8 +144,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "llmesh bench: %s: %v\n", api, err)
 			return 1
 		}
-		done = append(done, run{api, c, rs, bench.AddedOver(rs, "direct")})
-		if *asJSON {
+		done = append(done, benchRun{api, c, rs, bench.AddedOver(rs, "direct")})
+		if asJSON {
 			continue
 		}
 		if i > 0 {
@@ -152,7 +162,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: %s, %s, %s per target in %s turns\n\n", api, mode, answers, c.Duration, c.Slice)
 		bench.Table(stdout, rs, "direct")
 	}
-	if *asJSON {
+	if asJSON {
 		var doc any = map[string]any{"runs": done}
 		if len(done) == 1 { // the shape before -endpoint took a list
 			doc = done[0]
