@@ -32,8 +32,8 @@ func (c *call) attempt() *attemptResult {
 	if req.Chat.Stream {
 		phase = e.cfg.FirstByteTimeout
 	}
-	c.timer = startPhase(c, phase, cancel)
-	defer c.timer.stop()
+	c.timer = time.AfterFunc(phase, func() { c.timedOut.Store(true); cancel() })
+	defer c.timer.Stop()
 	hreq, err := c.upstreamRequest(actx)
 	if ie := (*InvalidRequestError)(nil); errors.As(err, &ie) {
 		// The bridge cannot carry the request (a hosted tool to a vLLM):
@@ -84,60 +84,6 @@ func (c *call) attempt() *attemptResult {
 }
 
 var anthropicVersion = []string{anthropic.Version}
-
-// phaseTimer is an attempt's phase timeout (first byte, whole answer or
-// idle gap), pooled: an attempt takes one and gives it back unless it
-// fired, so that a request makes no timer and no closure of its own.
-type phaseTimer struct {
-	t      *time.Timer // runs fire
-	mu     sync.Mutex
-	c      *call // the attempt timed; nil between attempts
-	cancel context.CancelFunc
-}
-
-var phaseTimers sync.Pool
-
-// startPhase times c's first phase: after d, c is marked timed out and
-// cancel is called.
-func startPhase(c *call, d time.Duration, cancel context.CancelFunc) *phaseTimer {
-	pt, _ := phaseTimers.Get().(*phaseTimer)
-	if pt == nil {
-		pt = &phaseTimer{}
-		pt.t = time.AfterFunc(time.Hour, pt.fire)
-		pt.t.Stop()
-	}
-	pt.mu.Lock()
-	pt.c, pt.cancel = c, cancel
-	pt.mu.Unlock()
-	pt.t.Reset(d)
-	return pt
-}
-
-func (pt *phaseTimer) fire() {
-	pt.mu.Lock()
-	c, cancel := pt.c, pt.cancel
-	pt.mu.Unlock()
-	if c != nil {
-		c.timedOut.Store(true)
-		cancel()
-	}
-}
-
-// reset starts the next phase, of d.
-func (pt *phaseTimer) reset(d time.Duration) { pt.t.Reset(d) }
-
-// stop ends the attempt's timing. A timer whose function has started
-// may still be running it, and is left to the collector; one stopped
-// before goes back to the pool.
-func (pt *phaseTimer) stop() {
-	stopped := pt.t.Stop()
-	pt.mu.Lock()
-	pt.c, pt.cancel = nil, nil
-	pt.mu.Unlock()
-	if stopped {
-		phaseTimers.Put(pt)
-	}
-}
 
 // upstreamRequest is the request to the target's endpoint.
 func (c *call) upstreamRequest(ctx context.Context) (*http.Request, error) {

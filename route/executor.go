@@ -330,7 +330,7 @@ type call struct {
 	tk       Ticket
 	a        attemptResult
 	start    time.Time
-	timer    *phaseTimer // the phase's timeout: first byte, whole answer or idle gap
+	timer    *time.Timer // the phase's timeout: first byte, whole answer or idle gap
 	timedOut atomic.Bool
 	bridge   *bridge // a Responses request bridged to chat completions
 }

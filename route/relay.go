@@ -117,11 +117,11 @@ func (c *call) pump(st *relayState) *attemptResult {
 			// A keep-alive keeps a flowing stream alive, but is not the
 			// first byte: before it, the first-byte timeout still runs.
 			if a.committed {
-				c.timer.reset(e.cfg.StreamIdleTimeout)
+				c.timer.Reset(e.cfg.StreamIdleTimeout)
 			}
 			continue
 		}
-		c.timer.reset(e.cfg.StreamIdleTimeout)
+		c.timer.Reset(e.cfg.StreamIdleTimeout)
 		if bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
 			st.sawDone = true
 			return nil
@@ -252,7 +252,7 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 				c.fail(OutcomeCanceled, "client flush: %v", err)
 			}
 		}
-		drainAfterDone(resp, c.timer.t, st.out[:cap(st.out)])
+		drainAfterDone(resp, c.timer, st.out[:cap(st.out)])
 		return a
 	case complete:
 		a.Outcome = OutcomeOK
@@ -263,7 +263,7 @@ func (c *call) endStream(st *relayState, resp *http.Response) *attemptResult {
 			}
 		}
 		if st.sawDone {
-			drainAfterDone(resp, c.timer.t, st.out[:cap(st.out)])
+			drainAfterDone(resp, c.timer, st.out[:cap(st.out)])
 		}
 		return a
 	}
