@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/llmesh/llmesh/consensus"
@@ -24,7 +25,7 @@ func newForwarder(n *Node, view *forward.View) *forward.Forwarder {
 		auth.TLS = n.s.TLS.Client
 	}
 	return forward.New(forward.Config{
-		Name: n.s.Name, Dial: auth.DialOptions(),
+		Name: n.s.Name, Dial: append(auth.DialOptions(), grpc.WithInitialWindowSize(rpcWindow), grpc.WithInitialConnWindowSize(rpcConnWindow)),
 		Keepalive: keepalive.ClientParameters{Time: rpcKeepalive, Timeout: rpcKeepaliveTimeout, PermitWithoutStream: true},
 		MaxSend:   int(n.s.MaxBodyBytes) + 64<<10, Executor: n.s.Executor, Sent: n.metrics.ForwardsSent(),
 	}, view)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -21,6 +22,18 @@ import (
 const (
 	rpcKeepalive        = 15 * time.Second
 	rpcKeepaliveTimeout = 10 * time.Second
+)
+
+// Flow-control windows between nodes, fixed rather than gRPC's default
+// of a 64 KiB window grown by BDP estimation: the estimator pings the
+// sender on received data, and those pings and their acks were a fifth of
+// what a forward hop added (BenchmarkForwardHop: 112 µs at p50 with them,
+// 90 without). A window is credit, not a buffer: a stream whose client
+// reads slowly holds at most rpcWindow at the origin, as it could hold
+// 16 MiB once BDP had grown the window.
+const (
+	rpcWindow     = 1 << 20
+	rpcConnWindow = 4 << 20
 )
 
 // listenRPC opens the gRPC server peers reach this node on: the ledger
@@ -48,6 +61,12 @@ func (n *Node) listenRPC(ctx context.Context) error {
 		// side admits.
 		grpc.MaxRecvMsgSize(int(n.s.MaxBodyBytes) + 64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: rpcKeepalive / 2, PermitWithoutStream: true}),
+		grpc.InitialWindowSize(rpcWindow), grpc.InitialConnWindowSize(rpcConnWindow),
+		// Streams are served by goroutines kept for the next one, whose
+		// stacks have grown already, instead of a new goroutine each
+		// (more take a new one when all are busy): a hop's p50 fell by
+		// another 10–20 µs.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	if n.s.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.s.TLS.Server)))
