@@ -284,7 +284,12 @@ type ForwardRequest struct {
 	// tags is the request's tag set as the origin established it (sorted,
 	// comma-joined, from X-LLMesh-Tags and metadata.tags), so that the far
 	// node attributes its cost to them; it checks them again.
-	Tags          string `protobuf:"bytes,13,opt,name=tags,proto3" json:"tags,omitempty"`
+	Tags string `protobuf:"bytes,13,opt,name=tags,proto3" json:"tags,omitempty"`
+	// frames asks the far node to answer in Frame messages, which carry a
+	// head, data and a trailer together: a whole answer is one message and
+	// a stream's head goes with its first event. A node older than the
+	// field answers one part a message, which a newer origin still reads.
+	Frames        bool `protobuf:"varint,14,opt,name=frames,proto3" json:"frames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,6 +415,13 @@ func (x *ForwardRequest) GetTags() string {
 	return ""
 }
 
+func (x *ForwardRequest) GetFrames() bool {
+	if x != nil {
+		return x.Frames
+	}
+	return false
+}
+
 type ForwardReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Part:
@@ -417,6 +429,7 @@ type ForwardReply struct {
 	//	*ForwardReply_Head
 	//	*ForwardReply_Data
 	//	*ForwardReply_Trailer
+	//	*ForwardReply_Frame
 	Part          isForwardReply_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -486,6 +499,15 @@ func (x *ForwardReply) GetTrailer() *Trailer {
 	return nil
 }
 
+func (x *ForwardReply) GetFrame() *Frame {
+	if x != nil {
+		if x, ok := x.Part.(*ForwardReply_Frame); ok {
+			return x.Frame
+		}
+	}
+	return nil
+}
+
 type isForwardReply_Part interface {
 	isForwardReply_Part()
 }
@@ -502,11 +524,79 @@ type ForwardReply_Trailer struct {
 	Trailer *Trailer `protobuf:"bytes,3,opt,name=trailer,proto3,oneof"`
 }
 
+type ForwardReply_Frame struct {
+	Frame *Frame `protobuf:"bytes,4,opt,name=frame,proto3,oneof"` // only to an origin that asked for frames
+}
+
 func (*ForwardReply_Head) isForwardReply_Part() {}
 
 func (*ForwardReply_Data) isForwardReply_Part() {}
 
 func (*ForwardReply_Trailer) isForwardReply_Part() {}
+
+func (*ForwardReply_Frame) isForwardReply_Part() {}
+
+// Frame is any of an answer's parts in one message, in their order: the
+// head (only in the first), data, the trailer (only in the last).
+type Frame struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Head          *Head                  `protobuf:"bytes,1,opt,name=head,proto3" json:"head,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Trailer       *Trailer               `protobuf:"bytes,3,opt,name=trailer,proto3" json:"trailer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Frame) Reset() {
+	*x = Frame{}
+	mi := &file_mesh_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Frame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Frame) ProtoMessage() {}
+
+func (x *Frame) ProtoReflect() protoreflect.Message {
+	mi := &file_mesh_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Frame.ProtoReflect.Descriptor instead.
+func (*Frame) Descriptor() ([]byte, []int) {
+	return file_mesh_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Frame) GetHead() *Head {
+	if x != nil {
+		return x.Head
+	}
+	return nil
+}
+
+func (x *Frame) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Frame) GetTrailer() *Trailer {
+	if x != nil {
+		return x.Trailer
+	}
+	return nil
+}
 
 // Head opens the answer: the far node's HTTP status and the headers the
 // client should see (Content-Type, X-LLMesh-Provider, X-LLMesh-Replica,
@@ -521,7 +611,7 @@ type Head struct {
 
 func (x *Head) Reset() {
 	*x = Head{}
-	mi := &file_mesh_proto_msgTypes[6]
+	mi := &file_mesh_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +623,7 @@ func (x *Head) String() string {
 func (*Head) ProtoMessage() {}
 
 func (x *Head) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[6]
+	mi := &file_mesh_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +636,7 @@ func (x *Head) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Head.ProtoReflect.Descriptor instead.
 func (*Head) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{6}
+	return file_mesh_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Head) GetStatus() int32 {
@@ -583,7 +673,7 @@ type Trailer struct {
 
 func (x *Trailer) Reset() {
 	*x = Trailer{}
-	mi := &file_mesh_proto_msgTypes[7]
+	mi := &file_mesh_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +685,7 @@ func (x *Trailer) String() string {
 func (*Trailer) ProtoMessage() {}
 
 func (x *Trailer) ProtoReflect() protoreflect.Message {
-	mi := &file_mesh_proto_msgTypes[7]
+	mi := &file_mesh_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +698,7 @@ func (x *Trailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trailer.ProtoReflect.Descriptor instead.
 func (*Trailer) Descriptor() ([]byte, []int) {
-	return file_mesh_proto_rawDescGZIP(), []int{7}
+	return file_mesh_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Trailer) GetProvider() string {
@@ -693,7 +783,7 @@ const file_mesh_proto_rawDesc = "" +
 	"\tdecisions\x18\x01 \x01(\x05R\tdecisions\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x05R\aseconds\"0\n" +
 	"\fObserveReply\x12 \n" +
-	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xd6\x02\n" +
+	"\vobservation\x18\x01 \x01(\fR\vobservation\"\xee\x02\n" +
 	"\x0eForwardRequest\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -709,12 +799,18 @@ const file_mesh_proto_rawDesc = "" +
 	" \x01(\bR\x05spill\x12\x10\n" +
 	"\x03api\x18\v \x01(\tR\x03api\x12\x10\n" +
 	"\x03key\x18\f \x01(\tR\x03key\x12\x12\n" +
-	"\x04tags\x18\r \x01(\tR\x04tags\"\x83\x01\n" +
+	"\x04tags\x18\r \x01(\tR\x04tags\x12\x16\n" +
+	"\x06frames\x18\x0e \x01(\bR\x06frames\"\xad\x01\n" +
 	"\fForwardReply\x12%\n" +
 	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadH\x00R\x04head\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12.\n" +
-	"\atrailer\x18\x03 \x01(\v2\x12.llmesh.v1.TrailerH\x00R\atrailerB\x06\n" +
-	"\x04part\"\x92\x01\n" +
+	"\atrailer\x18\x03 \x01(\v2\x12.llmesh.v1.TrailerH\x00R\atrailer\x12(\n" +
+	"\x05frame\x18\x04 \x01(\v2\x10.llmesh.v1.FrameH\x00R\x05frameB\x06\n" +
+	"\x04part\"n\n" +
+	"\x05Frame\x12#\n" +
+	"\x04head\x18\x01 \x01(\v2\x0f.llmesh.v1.HeadR\x04head\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12,\n" +
+	"\atrailer\x18\x03 \x01(\v2\x12.llmesh.v1.TrailerR\atrailer\"\x92\x01\n" +
 	"\x04Head\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x126\n" +
 	"\aheaders\x18\x02 \x03(\v2\x1c.llmesh.v1.Head.HeadersEntryR\aheaders\x1a:\n" +
@@ -749,7 +845,7 @@ func file_mesh_proto_rawDescGZIP() []byte {
 	return file_mesh_proto_rawDescData
 }
 
-var file_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_mesh_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mesh_proto_goTypes = []any{
 	(*StoredRequest)(nil),  // 0: llmesh.v1.StoredRequest
 	(*StoredReply)(nil),    // 1: llmesh.v1.StoredReply
@@ -757,25 +853,29 @@ var file_mesh_proto_goTypes = []any{
 	(*ObserveReply)(nil),   // 3: llmesh.v1.ObserveReply
 	(*ForwardRequest)(nil), // 4: llmesh.v1.ForwardRequest
 	(*ForwardReply)(nil),   // 5: llmesh.v1.ForwardReply
-	(*Head)(nil),           // 6: llmesh.v1.Head
-	(*Trailer)(nil),        // 7: llmesh.v1.Trailer
-	nil,                    // 8: llmesh.v1.Head.HeadersEntry
+	(*Frame)(nil),          // 6: llmesh.v1.Frame
+	(*Head)(nil),           // 7: llmesh.v1.Head
+	(*Trailer)(nil),        // 8: llmesh.v1.Trailer
+	nil,                    // 9: llmesh.v1.Head.HeadersEntry
 }
 var file_mesh_proto_depIdxs = []int32{
-	6, // 0: llmesh.v1.ForwardReply.head:type_name -> llmesh.v1.Head
-	7, // 1: llmesh.v1.ForwardReply.trailer:type_name -> llmesh.v1.Trailer
-	8, // 2: llmesh.v1.Head.headers:type_name -> llmesh.v1.Head.HeadersEntry
-	4, // 3: llmesh.v1.Mesh.Forward:input_type -> llmesh.v1.ForwardRequest
-	2, // 4: llmesh.v1.Mesh.Observe:input_type -> llmesh.v1.ObserveRequest
-	0, // 5: llmesh.v1.Mesh.Stored:input_type -> llmesh.v1.StoredRequest
-	5, // 6: llmesh.v1.Mesh.Forward:output_type -> llmesh.v1.ForwardReply
-	3, // 7: llmesh.v1.Mesh.Observe:output_type -> llmesh.v1.ObserveReply
-	1, // 8: llmesh.v1.Mesh.Stored:output_type -> llmesh.v1.StoredReply
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	7, // 0: llmesh.v1.ForwardReply.head:type_name -> llmesh.v1.Head
+	8, // 1: llmesh.v1.ForwardReply.trailer:type_name -> llmesh.v1.Trailer
+	6, // 2: llmesh.v1.ForwardReply.frame:type_name -> llmesh.v1.Frame
+	7, // 3: llmesh.v1.Frame.head:type_name -> llmesh.v1.Head
+	8, // 4: llmesh.v1.Frame.trailer:type_name -> llmesh.v1.Trailer
+	9, // 5: llmesh.v1.Head.headers:type_name -> llmesh.v1.Head.HeadersEntry
+	4, // 6: llmesh.v1.Mesh.Forward:input_type -> llmesh.v1.ForwardRequest
+	2, // 7: llmesh.v1.Mesh.Observe:input_type -> llmesh.v1.ObserveRequest
+	0, // 8: llmesh.v1.Mesh.Stored:input_type -> llmesh.v1.StoredRequest
+	5, // 9: llmesh.v1.Mesh.Forward:output_type -> llmesh.v1.ForwardReply
+	3, // 10: llmesh.v1.Mesh.Observe:output_type -> llmesh.v1.ObserveReply
+	1, // 11: llmesh.v1.Mesh.Stored:output_type -> llmesh.v1.StoredReply
+	9, // [9:12] is the sub-list for method output_type
+	6, // [6:9] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_mesh_proto_init() }
@@ -787,6 +887,7 @@ func file_mesh_proto_init() {
 		(*ForwardReply_Head)(nil),
 		(*ForwardReply_Data)(nil),
 		(*ForwardReply_Trailer)(nil),
+		(*ForwardReply_Frame)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -794,7 +895,7 @@ func file_mesh_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mesh_proto_rawDesc), len(file_mesh_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,7 +35,8 @@ type MeshClient interface {
 	// Forward asks this node to execute a chat completion with its own
 	// providers, breakers and leases, and streams the answer back: a Head,
 	// the answer's bytes in Data messages as they arrive (server-sent
-	// events for a stream, the JSON document otherwise), then a Trailer.
+	// events for a stream, the JSON document otherwise), then a Trailer;
+	// or, when the request asks for frames, the same parts in Frames.
 	// A refusal is a Head with an error status, the OpenAI error document
 	// as Data, and a Trailer. Cancelling the call stops the upstream call.
 	// The receiving node re-checks the tenant and the residency itself.
@@ -110,7 +111,8 @@ type MeshServer interface {
 	// Forward asks this node to execute a chat completion with its own
 	// providers, breakers and leases, and streams the answer back: a Head,
 	// the answer's bytes in Data messages as they arrive (server-sent
-	// events for a stream, the JSON document otherwise), then a Trailer.
+	// events for a stream, the JSON document otherwise), then a Trailer;
+	// or, when the request asks for frames, the same parts in Frames.
 	// A refusal is a Head with an error status, the OpenAI error document
 	// as Data, and a Trailer. Cancelling the call stops the upstream call.
 	// The receiving node re-checks the tenant and the residency itself.

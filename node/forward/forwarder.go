@@ -227,6 +227,7 @@ func (f *Forwarder) Hop(ctx context.Context, h Hop, sink route.ResponseSink) rou
 			cctx = metadata.AppendToOutgoingContext(cctx, "tracestate", ts)
 		}
 	}
+	h.In.Frames = true
 	st, err := pb.NewMeshClient(cc).Forward(cctx, h.In)
 	if err != nil {
 		return c.fail(err)
@@ -235,12 +236,12 @@ func (f *Forwarder) Hop(ctx context.Context, h Hop, sink route.ResponseSink) rou
 	if err != nil {
 		return c.fail(err)
 	}
-	head := msg.GetHead()
+	head, data, tr := parts(msg)
 	if head == nil {
 		return route.Forwarded{Err: fmt.Errorf("node %s answered without a head", h.Peer)}
 	}
 	if head.Status != http.StatusOK {
-		return refusal(st, head)
+		return refusal(st, head, data, tr)
 	}
 	c.length, _ = strconv.ParseInt(head.Headers["Content-Length"], 10, 64)
 	hdr := sink.Header()
@@ -261,7 +262,7 @@ func (f *Forwarder) Hop(ctx context.Context, h Hop, sink route.ResponseSink) rou
 	} else {
 		c.timer.Reset(f.cfg.Executor.ResponseTimeout + hopSlack)
 	}
-	return f.relay(ctx, c, st, sink, route.Forwarded{Committed: true, Header: hdr})
+	return f.relay(ctx, c, st, sink, route.Forwarded{Committed: true, Header: hdr}, data, tr)
 }
 
 // headWait is how long c waits for the far node's head: the phase's
@@ -280,31 +281,37 @@ func (f *Forwarder) headWait(c *hopCall) time.Duration {
 	return wait
 }
 
-// relay relays the far node's answer after its head to sink, until its
-// trailer, and returns out with what the trailer reports.
-func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreamingClient[pb.ForwardReply], sink route.ResponseSink, out route.Forwarded) route.Forwarded {
+// parts is what a reply carries: one part a message from a node older
+// than frames, any of them in a Frame.
+func parts(m *pb.ForwardReply) (head *pb.Head, data []byte, tr *pb.Trailer) {
+	switch p := m.Part.(type) {
+	case *pb.ForwardReply_Head:
+		return p.Head, nil, nil
+	case *pb.ForwardReply_Data:
+		return nil, p.Data, nil
+	case *pb.ForwardReply_Trailer:
+		return nil, nil, p.Trailer
+	case *pb.ForwardReply_Frame:
+		return p.Frame.GetHead(), p.Frame.GetData(), p.Frame.GetTrailer()
+	}
+	return nil, nil, nil
+}
+
+// relay relays the far node's answer after its head to sink — data and
+// tr, which came with the head, then what follows, until the trailer —
+// and returns out with what the trailer reports.
+func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreamingClient[pb.ForwardReply], sink route.ResponseSink, out route.Forwarded, data []byte, tr *pb.Trailer) route.Forwarded {
+	var msg pb.ForwardReply
 	for {
-		msg, err := st.Recv()
-		if err != nil {
-			switch {
-			case c.delivered.Load():
-				return out // the client has it all; the cost is the far node's to count
-			case ctx.Err() != nil:
-				out.ClientGone = true
-				return out
-			}
-			return broke(c, err, sink, out)
-		}
-		switch p := msg.Part.(type) {
-		case *pb.ForwardReply_Data:
+		if len(data) > 0 {
 			if !c.stream {
 				c.timer.Reset(f.cfg.Executor.ResponseTimeout + hopSlack)
 			}
 			// Noted before the write: a client that leaves as soon as it
 			// has the last of it must find the answer delivered. A write
 			// that fails is a client gone, whatever was noted.
-			c.note(p.Data)
-			if _, err := sink.Write(p.Data); err != nil {
+			c.note(data)
+			if _, err := sink.Write(data); err != nil {
 				out.ClientGone = true
 				return out
 			}
@@ -314,8 +321,8 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 					return out
 				}
 			}
-		case *pb.ForwardReply_Trailer:
-			tr := p.Trailer
+		}
+		if tr != nil {
 			out.Provider, out.Cost, out.TTFT, out.Truncated = tr.Provider, tr.CostUsd, time.Duration(tr.TtftNs), tr.Truncated
 			out.Usage = route.Usage{PromptTokens: int(tr.PromptTokens), CompletionTokens: int(tr.CompletionTokens), CachedTokens: int(tr.CachedTokens)}
 			out.UsageCounted = tr.UsageCounted
@@ -324,6 +331,20 @@ func (f *Forwarder) relay(ctx context.Context, c *hopCall, st grpc.ServerStreami
 			}
 			return out
 		}
+		// One message for every part: its data is written before the next
+		// is read into it.
+		msg.Reset()
+		if err := st.RecvMsg(&msg); err != nil {
+			switch {
+			case c.delivered.Load():
+				return out // the client has it all; the cost is the far node's to count
+			case ctx.Err() != nil:
+				out.ClientGone = true
+				return out
+			}
+			return broke(c, err, sink, out)
+		}
+		_, data, tr = parts(&msg)
 	}
 }
 
@@ -346,26 +367,26 @@ func broke(c *hopCall, err error, sink route.ResponseSink, out route.Forwarded) 
 	return out
 }
 
-// refusal reads the rest of a far node's refusal: its error document (at
-// most 64 KiB) and the trailer with the error's code.
-func refusal(st grpc.ServerStreamingClient[pb.ForwardReply], head *pb.Head) route.Forwarded {
+// refusal reads a far node's refusal: its error document (at most 64
+// KiB) and the trailer with the error's code, from data and tr, which
+// came with head, and the messages after.
+func refusal(st grpc.ServerStreamingClient[pb.ForwardReply], head *pb.Head, data []byte, tr *pb.Trailer) route.Forwarded {
 	out := route.Forwarded{Status: int(head.Status), Header: http.Header{}}
 	for k, v := range head.Headers {
 		out.Header[k] = []string{v}
 	}
 	for {
+		if len(out.Body)+len(data) <= 64<<10 {
+			out.Body = append(out.Body, data...)
+		}
+		if tr != nil {
+			out.Code = tr.ErrorCode
+			return out
+		}
 		msg, err := st.Recv()
 		if err != nil {
 			return out
 		}
-		switch p := msg.Part.(type) {
-		case *pb.ForwardReply_Data:
-			if len(out.Body)+len(p.Data) <= 64<<10 {
-				out.Body = append(out.Body, p.Data...)
-			}
-		case *pb.ForwardReply_Trailer:
-			out.Code = p.Trailer.ErrorCode
-			return out
-		}
+		_, data, tr = parts(msg)
 	}
 }

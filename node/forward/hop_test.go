@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -32,7 +33,14 @@ type peer struct {
 	meta     []Meta
 }
 
-func startPeer(t *testing.T, serve ServeFunc) *peer {
+func startPeer(t testing.TB, serve ServeFunc) *peer {
+	t.Helper()
+	return startPeerFraming(t, serve, false)
+}
+
+// startPeerFraming starts a peer that answers one part a message, as a
+// node older than frames does, when oneMessagePerPart.
+func startPeerFraming(t testing.TB, serve ServeFunc, oneMessagePerPart bool) *peer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,12 +48,14 @@ func startPeer(t *testing.T, serve ServeFunc) *peer {
 	}
 	p := &peer{addr: ln.Addr().String(), received: prometheus.NewCounter(prometheus.CounterOpts{Name: "received"})}
 	srv := grpc.NewServer()
-	pb.RegisterMeshServer(srv, NewService(func(ctx context.Context, in *pb.ForwardRequest, meta Meta, sink *Sink) Answer {
+	svc := NewService(func(ctx context.Context, in *pb.ForwardRequest, meta Meta, sink *Sink) Answer {
 		p.mu.Lock()
 		p.got, p.meta = append(p.got, in), append(p.meta, meta)
 		p.mu.Unlock()
 		return serve(ctx, in, meta, sink)
-	}, nil, nil, p.received))
+	}, nil, nil, p.received)
+	svc.oneMessagePerPart = oneMessagePerPart
+	pb.RegisterMeshServer(srv, svc)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return p
@@ -64,7 +74,7 @@ func (p *peer) last(t *testing.T) (*pb.ForwardRequest, Meta) {
 
 var testExec = route.ExecutorConfig{MaxAttempts: 2, FirstByteTimeout: 10 * time.Second, ResponseTimeout: 20 * time.Second}
 
-func newTestForwarder(t *testing.T, src Source) (*Forwarder, prometheus.Counter) {
+func newTestForwarder(t testing.TB, src Source) (*Forwarder, prometheus.Counter) {
 	sent := prometheus.NewCounter(prometheus.CounterOpts{Name: "sent"})
 	f := New(Config{
 		Name: "origin", Dial: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
@@ -108,7 +118,7 @@ func (s *recSink) Write(p []byte) (int, error) {
 	return s.body.Write(p)
 }
 
-func chatRequest(t *testing.T, stream bool) *route.Request {
+func chatRequest(t testing.TB, stream bool) *route.Request {
 	t.Helper()
 	body := `{"model":"gpt","messages":[{"role":"user","content":"hi"}]`
 	if stream {
@@ -140,9 +150,18 @@ func alive(name, reg, rpc string) gossip.Member {
 // answer reaches the client with X-LLMesh-Route prefixed by the origin's
 // note, the far node's X-LLMesh-Node kept there, and what the trailer
 // reported in the result.
+// The answer arrives whole, with the far node's headers and trailer,
+// from a far node that answers in frames and from an older one.
 func TestForwardRelaysAnswer(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("oneMessagePerPart=%v", old), func(t *testing.T) { testForwardRelaysAnswer(t, old) })
+	}
+}
+
+func testForwardRelaysAnswer(t *testing.T, oneMessagePerPart bool) {
 	big := bytes.Repeat([]byte("x"), 3*chunk+17) // more than one Data message
-	p := startPeer(t, func(_ context.Context, in *pb.ForwardRequest, _ Meta, sink *Sink) Answer {
+	p := startPeerFraming(t, func(_ context.Context, in *pb.ForwardRequest, _ Meta, sink *Sink) Answer {
+		sink.Header()["Content-Type"] = []string{"application/json"}
 		sink.Header()["X-Llmesh-Route"] = []string{"direct: gpu-eu"}
 		sink.Header()["X-Llmesh-Node"] = []string{"far"}
 		sink.Header()["X-Llmesh-Via"] = []string{"far"}
@@ -150,7 +169,7 @@ func TestForwardRelaysAnswer(t *testing.T) {
 		_, _ = sink.Write(big)
 		return Answer{Result: &route.Result{Provider: "gpu-eu", Usage: route.Usage{PromptTokens: 7, CompletionTokens: 11, CachedTokens: 5},
 			UsageCounted: true, Cost: 0.25, TTFT: 40 * time.Millisecond, Truncated: true}}
-	})
+	}, oneMessagePerPart)
 	f, sent := newTestForwarder(t, &fakeMesh{members: []gossip.Member{alive("far", "eu", p.addr)}})
 	req := chatRequest(t, false)
 	tgt := &route.Target{Via: "far", ViaRegion: "eu", Spill: true,
@@ -176,7 +195,7 @@ func TestForwardRelaysAnswer(t *testing.T) {
 	}
 	in, meta := p.last(t)
 	if in.Origin != "origin" || in.RequestId != "req-1" || in.Tenant != "acme" || in.Key != "0123456789ab" || in.Residency != "eu" || !in.StrictTransit ||
-		in.Session != "s-1" || in.Provider != "gpu-eu" || !in.Spill || in.Handoff || !strings.Contains(string(in.Body), `"llama"`) {
+		in.Session != "s-1" || in.Provider != "gpu-eu" || !in.Spill || in.Handoff || !strings.Contains(string(in.Body), `"llama"`) || !in.Frames {
 		t.Fatalf("the forward sent %+v", in)
 	}
 	if meta.TraceParent != req.TraceParent || meta.TraceState != "vendor=1" {
@@ -221,13 +240,20 @@ func TestForwardChecksTheViaNode(t *testing.T) {
 // whole (status, headers, error document, code) for the executor to
 // decide on; nothing reaches the client.
 func TestHopReturnsRefusal(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("oneMessagePerPart=%v", old), func(t *testing.T) { testHopReturnsRefusal(t, old) })
+	}
+}
+
+func testHopReturnsRefusal(t *testing.T, oneMessagePerPart bool) {
 	doc := `{"error":{"message":"over budget","type":"insufficient_quota","code":"budget_exceeded"}}`
-	p := startPeer(t, func(_ context.Context, _ *pb.ForwardRequest, _ Meta, sink *Sink) Answer {
+	p := startPeerFraming(t, func(_ context.Context, _ *pb.ForwardRequest, _ Meta, sink *Sink) Answer {
+		sink.Header()["Content-Type"] = []string{"application/json"}
 		sink.Header()["Retry-After"] = []string{"3"}
 		sink.WriteHeader(http.StatusPaymentRequired)
 		_, _ = sink.Write([]byte(doc))
 		return Answer{Refused: true, Code: "budget_exceeded"}
-	})
+	}, oneMessagePerPart)
 	f, _ := newTestForwarder(t, &fakeMesh{})
 	sink := newRecSink()
 	fw := f.Hop(context.Background(), Hop{Addr: p.addr, Peer: "far", Req: chatRequest(t, true), In: &pb.ForwardRequest{Handoff: true}}, sink)

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/metadata"
@@ -51,6 +52,9 @@ type Service struct {
 	stored  StoredFunc
 	// received counts the forwards that reached this node.
 	received prometheus.Counter
+	// oneMessagePerPart answers as a node older than frames does, for
+	// tests.
+	oneMessagePerPart bool
 }
 
 // NewService returns the Mesh service serving forwards with serve
@@ -64,7 +68,7 @@ func NewService(serve ServeFunc, observe ObserveFunc, stored StoredFunc, receive
 func (s *Service) Forward(in *pb.ForwardRequest, stream pb.Mesh_ForwardServer) error {
 	s.received.Inc()
 	ctx := stream.Context()
-	sink := &Sink{stream: stream, header: http.Header{}}
+	sink := &Sink{stream: stream, header: http.Header{}, frames: in.Frames && !s.oneMessagePerPart}
 	meta := Meta{TraceParent: incomingMetadata(ctx, "traceparent"), TraceState: incomingMetadata(ctx, "tracestate")}
 	a := s.serve(ctx, in, meta, sink)
 	switch {
@@ -91,17 +95,27 @@ func incomingMetadata(ctx context.Context, key string) string {
 // Sink is a route.ResponseSink (and an http.ResponseWriter, for
 // refusals) over the forwarding stream: the head when the answer starts,
 // what was written in Data messages at each flush, a Trailer at the end.
+// To an origin that asked for frames it sends the same in Frames
+// instead: the head with the first data, and a JSON document with its
+// trailer, in one message while it fits a chunk.
 // The X-LLMesh-Node header stays on this node: the sender sets its own.
 type Sink struct {
-	stream   pb.Mesh_ForwardServer
-	header   http.Header
-	status   int
-	headSent bool
+	stream  pb.Mesh_ForwardServer
+	header  http.Header
+	frames  bool
+	status  int
+	started bool
+	// head waits for the first data, in frames.
+	head *pb.Head
+	// document is a JSON answer in frames: it waits for its trailer.
+	document bool
 	buf      []byte
 	err      error
-	// data and reply carry every Data message, reused: Send serializes
-	// a message before it returns, so a stream's flushes allocate none.
+	// The messages, reused: Send serializes a message before it
+	// returns, so a stream's flushes allocate none.
 	data  pb.ForwardReply_Data
+	frame pb.ForwardReply_Frame
+	fr    pb.Frame
 	reply pb.ForwardReply
 }
 
@@ -111,47 +125,89 @@ func (s *Sink) Header() http.Header { return s.header }
 // Status is the status written so far, 0 before any.
 func (s *Sink) Status() int { return s.status }
 
-// WriteHeader sends the head; only the first call counts.
+// WriteHeader starts the answer; only the first call counts. The head is
+// sent at once, or in frames with the first data.
 func (s *Sink) WriteHeader(code int) {
-	if s.headSent {
+	if s.started {
 		return
 	}
-	s.status, s.headSent = code, true
+	s.status, s.started = code, true
 	h := make(map[string]string, len(s.header))
 	for k, v := range s.header {
 		if len(v) > 0 && k != "X-Llmesh-Node" {
 			h[k] = v[0]
 		}
 	}
-	s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Head{Head: &pb.Head{Status: int32(code), Headers: h}}})
+	s.head = &pb.Head{Status: int32(code), Headers: h}
+	s.document = s.frames && strings.HasPrefix(h["Content-Type"], "application/json")
+	if !s.frames {
+		s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Head{Head: s.head}})
+		s.head = nil
+	}
 }
 
-// Write buffers p until the next Flush (sending the head first if it was
-// not), and flushes once a chunk is buffered.
+// Write buffers p until the next Flush (starting the answer with 200 if
+// it was not); whole chunks go at once.
 func (s *Sink) Write(p []byte) (int, error) {
-	if !s.headSent {
+	if !s.started {
 		s.WriteHeader(http.StatusOK)
 	}
 	if s.err != nil {
 		return 0, s.err
 	}
 	s.buf = append(s.buf, p...)
-	if len(s.buf) >= chunk {
-		_ = s.Flush()
+	if n := len(s.buf) / chunk * chunk; n > 0 {
+		all := s.buf
+		s.buf = all[:n]
+		_ = s.flush(nil)
+		s.buf = append(all[:0], all[n:]...)
 	}
 	return len(p), s.err
 }
 
-// Flush sends what was written since the last flush.
+// Flush sends what was written since the last flush. In frames, a JSON
+// document — a whole answer or an error — waits for its trailer
+// instead, or for a chunk: its origin relays nothing of it before the
+// end either way. Anything else, an event stream above all, goes at
+// once.
 func (s *Sink) Flush() error {
-	for i := 0; i < len(s.buf) && s.err == nil; i += chunk {
-		// Send serializes the message before it returns, so the buffer
-		// may be reused.
-		s.data.Data = s.buf[i:min(i+chunk, len(s.buf))]
-		s.reply.Part = &s.data
-		s.send(&s.reply)
+	if s.document {
+		return s.err
 	}
-	s.data.Data = nil
+	return s.flush(nil)
+}
+
+// flush sends what is buffered, in chunks, and then tr if not nil.
+func (s *Sink) flush(tr *pb.Trailer) error {
+	if !s.frames {
+		for i := 0; i < len(s.buf) && s.err == nil; i += chunk {
+			s.data.Data = s.buf[i:min(i+chunk, len(s.buf))]
+			s.reply.Part = &s.data
+			s.send(&s.reply)
+		}
+		s.data.Data = nil
+		if tr != nil {
+			s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Trailer{Trailer: tr}})
+		}
+	} else {
+		for i := 0; s.err == nil; i += chunk {
+			end := min(i+chunk, len(s.buf))
+			s.fr.Head, s.fr.Data, s.fr.Trailer = s.head, s.buf[i:end], nil
+			if end == len(s.buf) {
+				s.fr.Trailer = tr
+			}
+			if s.fr.Head != nil || len(s.fr.Data) > 0 || s.fr.Trailer != nil {
+				s.head = nil
+				s.frame.Frame = &s.fr
+				s.reply.Part = &s.frame
+				s.send(&s.reply)
+			}
+			if end == len(s.buf) {
+				break
+			}
+		}
+		s.fr.Head, s.fr.Data, s.fr.Trailer = nil, nil, nil
+	}
 	s.buf = s.buf[:0]
 	return s.err
 }
@@ -165,10 +221,8 @@ func (s *Sink) send(m *pb.ForwardReply) {
 // finish flushes the answer and closes it with tr; an answer that never
 // started gets no trailer.
 func (s *Sink) finish(tr *pb.Trailer) error {
-	if !s.headSent {
+	if !s.started {
 		return nil
 	}
-	_ = s.Flush()
-	s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Trailer{Trailer: tr}})
-	return s.err
+	return s.flush(tr)
 }

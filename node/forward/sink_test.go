@@ -96,3 +96,75 @@ func TestSinkEdges(t *testing.T) {
 		t.Fatal("a write after a failed send succeeded")
 	}
 }
+
+// In frames, a JSON answer is one message with its head and trailer
+// while it fits a chunk, and in chunks when it does not, the head with
+// the first and the trailer with the last; a stream's head goes with its
+// first event, and each flush goes at once.
+func TestSinkFrames(t *testing.T) {
+	frames := func(st *sentStream) (heads, trailers int, data []byte) {
+		t.Helper()
+		for i, m := range st.sent {
+			f := m.GetFrame()
+			if f == nil {
+				t.Fatalf("message %d is not a frame: %v", i, m)
+			}
+			if f.Head != nil {
+				heads++
+				if i != 0 {
+					t.Fatalf("a head in message %d", i)
+				}
+			}
+			if f.Trailer != nil {
+				trailers++
+				if i != len(st.sent)-1 {
+					t.Fatalf("a trailer in message %d of %d", i, len(st.sent))
+				}
+			}
+			if len(f.Data) > chunk {
+				t.Fatalf("%d bytes in one frame", len(f.Data))
+			}
+			data = append(data, f.Data...)
+		}
+		return heads, trailers, data
+	}
+	for _, size := range []int{0, 50, chunk, 2*chunk + 5} {
+		st := &sentStream{}
+		s := &Sink{stream: st, header: http.Header{"Content-Type": {"application/json"}}, frames: true}
+		s.WriteHeader(http.StatusOK)
+		body := bytes.Repeat([]byte("j"), size)
+		_, _ = s.Write(body)
+		_ = s.Flush()
+		if size < chunk && len(st.sent) != 0 {
+			t.Fatalf("%d bytes: a JSON answer was sent before its trailer", size)
+		}
+		if err := s.finish(&pb.Trailer{Provider: "p"}); err != nil {
+			t.Fatal(err)
+		}
+		heads, trailers, got := frames(st)
+		if want := max(1, (size+chunk-1)/chunk); len(st.sent) != want && !(size == chunk && len(st.sent) == 2) {
+			t.Errorf("%d bytes: %d messages, want %d", size, len(st.sent), want)
+		}
+		if heads != 1 || trailers != 1 || !bytes.Equal(got, body) {
+			t.Errorf("%d bytes: %d heads, %d trailers, %d bytes arrived", size, heads, trailers, len(got))
+		}
+	}
+
+	st := &sentStream{}
+	s := &Sink{stream: st, header: http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}}, frames: true}
+	s.WriteHeader(http.StatusOK)
+	if len(st.sent) != 0 {
+		t.Fatal("the head went before the first event")
+	}
+	for i, ev := range []string{"data: {\"a\":1}\n\n", "data: [DONE]\n\n"} {
+		_, _ = s.Write([]byte(ev))
+		_ = s.Flush()
+		if len(st.sent) != i+1 || string(st.sent[i].GetFrame().GetData()) != ev || (st.sent[i].GetFrame().GetHead() != nil) != (i == 0) {
+			t.Fatalf("event %d: sent %v", i, st.sent)
+		}
+	}
+	_ = s.finish(&pb.Trailer{Provider: "p"})
+	if heads, trailers, got := frames(st); heads != 1 || trailers != 1 || len(st.sent) != 3 || string(got) != "data: {\"a\":1}\n\ndata: [DONE]\n\n" {
+		t.Fatalf("the stream sent %v", st.sent)
+	}
+}
