@@ -227,16 +227,28 @@ func (n *Node) api(api route.API) http.HandlerFunc {
 }
 
 func (n *Node) clientRequest(api route.API, w http.ResponseWriter, r *http.Request) {
-	sink := &httpSink{w: w, rc: *http.NewResponseController(w), timeout: n.s.ClientWrite}
-	n.serve(r.Context(), n.clientInbound(api, w, &sink.rc, r, nil), sink)
+	// One allocation for both: they live as long as the request.
+	x := &struct {
+		sink httpSink
+		in   inbound
+	}{sink: httpSink{w: w, rc: *http.NewResponseController(w), timeout: n.s.ClientWrite}}
+	n.fillClientInbound(&x.in, api, w, &x.sink.rc, r, nil)
+	n.serve(r.Context(), &x.in, &x.sink)
 }
 
 // clientInbound is the inbound of a client's request of api: its tenant (or
 // why it has none), its request id and headers, and its body still to be
 // read, through read when it is not nil (a body to translate).
 func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.ResponseController, r *http.Request, read func() ([]byte, error)) *inbound {
+	in := new(inbound)
+	n.fillClientInbound(in, api, w, rc, r, read)
+	return in
+}
+
+// fillClientInbound sets in as clientInbound describes.
+func (n *Node) fillClientInbound(in *inbound, api route.API, w http.ResponseWriter, rc *http.ResponseController, r *http.Request, read func() ([]byte, error)) {
 	t, ok := n.tenants.Load().Authenticate(r)
-	in := &inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
+	*in = inbound{origin: fromClient, api: api, tenant: t, id: requestID(r), start: n.now(), read: read,
 		pending: true, client: clientBody{w: w, rc: rc, r: r},
 		session: r.Header.Get("X-Llmesh-Session"), residency: r.Header.Get("X-Llmesh-Residency"),
 		traceparent: r.Header.Get("Traceparent"), tracestate: r.Header.Get("Tracestate"), cache: r.Header.Get(cacheHeader),
@@ -245,7 +257,6 @@ func (n *Node) clientInbound(api route.API, w http.ResponseWriter, rc *http.Resp
 	if !ok {
 		in.authErr = errUnauthorized
 	}
-	return in
 }
 
 // acceptsTrailers reports whether a request's TE header takes trailers.

@@ -41,6 +41,8 @@ const (
 // inbound is one request as a transport received it, before admission.
 type inbound struct {
 	origin origin
+	// req is the request admitted, kept here to save an allocation.
+	req route.Request
 	// api is the endpoint the request was sent to.
 	api route.API
 	// tenant is the authentication's result. When it failed, tenant is
@@ -186,7 +188,8 @@ func (n *Node) admitBody(in *inbound) (*route.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := &route.Request{Chat: chat, Session: in.session, ID: in.id, Forwarded: in.origin == fromPeer,
+	req := &in.req
+	*req = route.Request{Chat: chat, Session: in.session, ID: in.id, Forwarded: in.origin == fromPeer,
 		Hint: in.hint, Spilled: in.spill, AdmitBy: in.start.Add(n.s.AdmissionWait),
 		TraceParent: in.traceparent, TraceState: tracing.State(in.traceparent, in.tracestate)}
 	if req.Session == "" {

@@ -35,13 +35,13 @@ func (c *call) attempt() *attemptResult {
 	c.timer = time.AfterFunc(phase, func() { c.timedOut.Store(true); cancel() })
 	defer c.timer.Stop()
 	hreq, err := c.upstreamRequest(actx)
-	if ie := (*InvalidRequestError)(nil); errors.As(err, &ie) {
-		// The bridge cannot carry the request (a hosted tool to a vLLM):
-		// the client's to change, as a provider's 400 would be.
-		a.final = err
-		return c.fail(OutcomeRefused, "%v", err)
-	}
 	if err != nil {
+		if ie := (*InvalidRequestError)(nil); errors.As(err, &ie) {
+			// The bridge cannot carry the request (a hosted tool to a
+			// vLLM): the client's to change, as a provider's 400 would be.
+			a.final = err
+			return c.fail(OutcomeRefused, "%v", err)
+		}
 		return c.fail(OutcomeConnect, "build request: %v", err)
 	}
 	resp, err := e.rt.RoundTrip(hreq)

@@ -279,9 +279,10 @@ func (e *Executor) Close() { e.client.CloseIdleConnections() }
 // providers and statuses only: what a provider said in an error body can
 // hold internal names, so it goes to Result.Attempts, never the client.
 func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink ResponseSink) (*Result, error) {
-	res := &Result{}
-	res.Attempts = res.first[:0:1] // most requests make one attempt
-	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink, res: res}
+	// One allocation holds the run, its Result and its first call.
+	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink}
+	r.res = &r.result
+	r.res.Attempts = r.res.first[:0:1] // most requests make one attempt
 	for i := range plan.Targets {
 		if r.attempts >= e.cfg.MaxAttempts {
 			break
@@ -293,7 +294,11 @@ func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink R
 		if r.passOver(&plan.Targets[i]) {
 			continue
 		}
-		c := &call{run: r, t: &plan.Targets[i]}
+		c := &r.firstCall
+		if c.run != nil {
+			c = new(call)
+		}
+		c.run, c.t = r, &plan.Targets[i]
 		if done, err := c.try(i); done {
 			return r.res, err
 		}
@@ -320,6 +325,10 @@ type run struct {
 	// nano-dollars: one a provider accepted and broke off is charged its
 	// upper bound, and the answer tells it with its own (toldCost).
 	charged int64
+	// result is res, and firstCall the first call, kept here so that a
+	// request of one attempt allocates one executor state.
+	result    Result
+	firstCall call
 }
 
 // call is one attempt of one target: the state its admission, the call,

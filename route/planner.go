@@ -155,6 +155,10 @@ type Plan struct {
 	FallbackOn FallbackClass
 
 	contextModels []string // the group's larger-context models, when it falls back on context_length
+	// targetRoom and rankRoom hold a plan of one target and a model's
+	// one rank of offers without allocations of their own.
+	targetRoom [1]Target
+	rankRoom   [1][]*Offer
 }
 
 // Policy orders the targets that passed every hard filter.
@@ -369,7 +373,11 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 				n += len(r.replicas) - 1 // a target per replica
 			}
 		}
-		plan.Targets = make([]Target, 0, n)
+		if n <= len(plan.targetRoom) {
+			plan.Targets = plan.targetRoom[:0:n]
+		} else {
+			plan.Targets = make([]Target, 0, n)
+		}
 	}
 	for _, o := range offers {
 		pv := o.Provider
@@ -506,7 +514,8 @@ func (p *Planner) offers(req *Request, plan *Plan) ([][]*Offer, error) {
 			return nil, &InvalidRequestError{Param: "model", Msg: fmt.Sprintf("%q is a model for %s, not %s: send it to POST /v1%s",
 				name, offers[0].Model.API, req.Chat.API, offers[0].Model.API.path())}
 		}
-		return [][]*Offer{offers}, nil
+		plan.rankRoom[0] = offers
+		return plan.rankRoom[:], nil
 	}
 	if a := p.Catalog.Offers(g.Members[0])[0].Model.API; a != req.Chat.API.served() {
 		return nil, &InvalidRequestError{Param: "model", Msg: fmt.Sprintf("%q is a group of models for %s, not %s: send it to POST /v1%s",
