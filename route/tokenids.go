@@ -14,7 +14,7 @@ const (
 // counts. Without the encoder (a broken build) it returns the bytes of
 // text, Count's fallback.
 func (Tokenizer) Encode(text string) []int {
-	enc, err := o200k()
+	enc, err := o200kTiktoken()
 	if err != nil {
 		ids := make([]int, len(text))
 		for i := range len(text) {
