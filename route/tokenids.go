@@ -14,7 +14,7 @@ const (
 // counts. Without the encoder (a broken build) it returns the bytes of
 // text, Count's fallback.
 func (Tokenizer) Encode(text string) []int {
-	enc, err := o200kTiktoken()
+	enc, err := o200k()
 	if err != nil {
 		ids := make([]int, len(text))
 		for i := range len(text) {
@@ -22,7 +22,7 @@ func (Tokenizer) Encode(text string) []int {
 		}
 		return ids
 	}
-	return enc.EncodeOrdinary(text)
+	return enc.encode(text, make([]int, 0, len(text)/4+1))
 }
 
 // EncodeMessages returns token ids standing for msgs as a chat template

@@ -1,12 +1,8 @@
 package route
 
 import (
-	"fmt"
 	"strings"
 	"sync"
-
-	"github.com/pkoukk/tiktoken-go"
-	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // o200kPattern is the pre-tokenisation pattern of OpenAI's o200k_base
@@ -31,34 +27,10 @@ var o200kPattern = strings.Join([]string{
 // The zero value is ready to use and safe for concurrent use.
 type Tokenizer struct{}
 
-// o200k is the encoder Count uses, built on first use and shared by every
+// o200k is the encoder, built on first use and shared by every
 // Tokenizer of the process: it is immutable once built, and building it
 // takes about 20 ms and keeps 4.1 MB (BenchmarkO200kLoad).
 var o200k = sync.OnceValues(newO200kEncoder)
-
-// o200kTiktoken is tiktoken-go's encoder, which Encode still uses for the
-// ids: building it takes about 140 ms and keeps 22.5 MB.
-var o200kTiktoken = sync.OnceValues(newTiktokenO200k)
-
-// newTiktokenO200k builds tiktoken-go's o200k_base encoder.
-func newTiktokenO200k() (*tiktoken.Tiktoken, error) {
-	ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe("o200k_base.tiktoken")
-	if err != nil {
-		return nil, fmt.Errorf("load o200k_base ranks: %w", err)
-	}
-	special := map[string]int{tiktoken.ENDOFTEXT: 199999, tiktoken.ENDOFPROMPT: 200018}
-	bpe, err := tiktoken.NewCoreBPE(ranks, special, o200kPattern)
-	if err != nil {
-		return nil, fmt.Errorf("build o200k_base encoder: %w", err)
-	}
-	set := map[string]any{}
-	for k := range special {
-		set[k] = true
-	}
-	return tiktoken.NewTiktoken(bpe, &tiktoken.Encoding{
-		Name: tiktoken.MODEL_O200K_BASE, PatStr: o200kPattern, MergeableRanks: ranks, SpecialTokens: special,
-	}, set), nil
-}
 
 // Count returns the number of tokens in text. Special-token text such as
 // "<|endoftext|>" is counted as ordinary text, as the API does for user
