@@ -74,9 +74,12 @@ func loadRankTable(fsys fs.FS, name string) (*rankTable, error) {
 		if rank != r {
 			return fmt.Errorf("%s: rank %d where %d was due: %w", name, rank, r, errRankTable)
 		}
-		w, err := base64.StdEncoding.Decode(t.bytes[off:], token)
-		if err != nil {
-			return fmt.Errorf("%s: rank %d: %w", name, rank, err)
+		w := decodedLen(token)
+		if off+w > len(t.bytes) {
+			return fmt.Errorf("%s changed while read: %w", name, errRankTable)
+		}
+		if got, err := base64.StdEncoding.Decode(t.bytes[off:off+w], token); err != nil || got != w {
+			return fmt.Errorf("%s: rank %d: %q is not padded base64: %w", name, rank, token, errRankTable)
 		}
 		off += w
 		t.offsets = append(t.offsets, uint32(off))
