@@ -145,10 +145,12 @@ func TestCompactMatchesTiktoken(t *testing.T) {
 	if n := compact.ranks.len(); n != 199998 {
 		t.Errorf("o200k_base has %d tokens, want 199998", n)
 	}
-	// Known counts, so that a reference gone wrong shows too.
-	for s, want := range map[string]int{"": 0, "hello world": 2, "<|endoftext|>": 7, "\xff": 1} {
-		if got := compact.count(s); got != want {
-			t.Errorf("count(%q) = %d, want %d", s, got, want)
+	// Ids known apart from tiktoken-go, so that a reference gone wrong
+	// shows too: "hello world" is [24912 2375] in OpenAI's tiktoken, and an
+	// invalid byte is U+FFFD's token.
+	for s, want := range map[string][]int{"": nil, "hello world": {24912, 2375}, "\xff": {3251}} {
+		if got := compact.encode(s, nil); !slices.Equal(got, want) {
+			t.Errorf("encode(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
@@ -180,6 +182,7 @@ func TestRankTableRefusesMalformedFiles(t *testing.T) {
 		"out of order": "Yg== 1\nYQ== 0\n",
 		"repeat":       "YQ== 0\nYQ== 1\n",
 		"bad base64":   "YQ== 0\n!!!! 1\n",
+		"unpadded":     "YQ== 0\nYWJjZA 1\n",
 	} {
 		fsys := fstest.MapFS{"ranks": {Data: []byte(text)}}
 		if _, err := loadRankTable(fsys, "ranks"); err == nil {
