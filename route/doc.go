@@ -8,9 +8,11 @@
 // before the first byte and relays server-sent events chunk by chunk.
 //
 // route imports only the standard library, region/ and small leaf
-// libraries (tiktoken). It must not import gossip/, consensus/ or node/:
-// it declares the narrow interfaces it needs — HealthView for what the mesh
-// knows of providers, QuotaGate for rate capacity, BudgetGate for spend —
-// and node/ plugs the real implementations in. That keeps the planner pure,
+// libraries (regexp2, and tiktoken-go-loader for the embedded o200k_base
+// ranks; tiktoken-go itself is only the tests' reference). It must not
+// import gossip/, consensus/ or node/: it declares the narrow interfaces
+// it needs — HealthView for what the mesh knows of providers, QuotaGate
+// for rate capacity, BudgetGate for spend — and node/ plugs the real
+// implementations in. That keeps the planner pure,
 // fast and testable, and lets sim/ drive it in virtual time.
 package route

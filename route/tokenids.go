@@ -22,7 +22,7 @@ func (Tokenizer) Encode(text string) []int {
 		}
 		return ids
 	}
-	return enc.EncodeOrdinary(text)
+	return enc.encode(text, make([]int, 0, len(text)/4+1))
 }
 
 // EncodeMessages returns token ids standing for msgs as a chat template
