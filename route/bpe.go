@@ -138,8 +138,18 @@ type part struct {
 // bytePairMerge step for step: it merges the pair of lowest rank, the
 // leftmost of equals, until no pair is a token, so its tokens are the
 // same. Like it, it costs O(n²) on a piece of n bytes, which a piece of
-// text (a word, a number, a run of spaces or punctuation) keeps short.
+// text (a word, a number, a run of spaces or punctuation) keeps short;
+// a longer one, which a client can send on purpose, goes to mergeLong.
 func (t *rankTable) merge(piece string, parts []part) []part {
+	if len(piece) > longPiece {
+		return t.mergeLong(piece, parts)
+	}
+	return t.mergeShort(piece, parts)
+}
+
+// mergeShort is merge by scanning the parts for the lowest pair at
+// every step, as tiktoken-go does: quick on a short piece.
+func (t *rankTable) mergeShort(piece string, parts []part) []part {
 	for i := range parts {
 		parts[i] = part{start: uint32(i), rank: noRank}
 	}
