@@ -22,12 +22,29 @@ type answerDoc struct {
 // or one of its members has the wrong type (as decoding it would fail).
 func scanAnswer(b []byte) (answerDoc, bool) {
 	var d answerDoc
-	if !validJSON(b) || b[skipSpace(b, 0)] != '{' {
+	ok := true
+	// One pass: each member's value is validated as it is passed over.
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
 		return d, false
 	}
-	ok := true
-	_ = eachMember(b, func(key string, v []byte) error {
-		switch key {
+	if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
+		return d, skipSpace(b, i+1) == len(b)
+	}
+	for {
+		vstart := validMember(b, i)
+		if vstart < 0 {
+			return d, false
+		}
+		key, err := unquoteKey(b[i:skipString(b, i)])
+		if err != nil { // the members after it are not read, as before
+			return d, ok && validJSON(b)
+		}
+		vend := validValue(b, vstart, maxJSONDepth-1)
+		if vend < 0 {
+			return d, false
+		}
+		switch v := b[vstart:vend]; key {
 		case "choices":
 			d.choices, ok = nonEmptyArray(v, ok)
 		case "data":
@@ -41,9 +58,15 @@ func scanAnswer(b []byte) (answerDoc, bool) {
 		case "model":
 			d.model = v
 		}
-		return nil
-	})
-	return d, ok
+		switch i = skipSpace(b, vend); {
+		case i < len(b) && b[i] == ',':
+			i = skipSpace(b, i+1)
+		case i < len(b) && b[i] == '}':
+			return d, ok && skipSpace(b, i+1) == len(b)
+		default:
+			return d, false
+		}
+	}
 }
 
 // nonEmptyArray reports whether v is an array with an element; ok becomes

@@ -140,3 +140,52 @@ func TestRewriteFromScannedMembers(t *testing.T) {
 		}
 	}
 }
+
+// scanAnswerTwoPass is scanAnswer as it was before it validated member by
+// member: the whole document first, then a walk over its members. The
+// fuzz test holds the one pass to it.
+func scanAnswerTwoPass(b []byte) (answerDoc, bool) {
+	var d answerDoc
+	if !validJSON(b) || b[skipSpace(b, 0)] != '{' {
+		return d, false
+	}
+	ok := true
+	_ = eachMember(b, func(key string, v []byte) error {
+		switch key {
+		case "choices":
+			d.choices, ok = nonEmptyArray(v, ok)
+		case "data":
+			d.data, ok = nonEmptyArray(v, ok)
+		case "usage":
+			d.usage, ok = kindOf(v, '{', ok)
+		case "id":
+			d.id, ok = kindOf(v, '"', ok)
+		case "object":
+			d.object, ok = kindOf(v, '"', ok)
+		case "model":
+			d.model = v
+		}
+		return nil
+	})
+	return d, ok
+}
+
+// scanAnswer's one pass reads every document as the two passes did.
+func FuzzScanAnswer(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0}],"usage":{"prompt_tokens":1}}`,
+		`{"object":"list","data":[{"embedding":[0.1,-2e-3,3]}],"usage":null}`,
+		` { "choices" : [ ] , "usage" : { } } `, `{"choices":{}}`, `{"choices":[1]`, `{}`, `{} x`, `[]`, ``,
+		`{"\u0075sage":{"prompt_tokens":2},"model":null}`, `{"a":1,}`, `{"a" 1}`, `{"a":[1,{"b":"\x01"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gotOK := scanAnswer(b)
+		want, wantOK := scanAnswerTwoPass(b)
+		if gotOK != wantOK || gotOK && (got.choices != want.choices || got.data != want.data || string(got.usage) != string(want.usage) ||
+			string(got.id) != string(want.id) || string(got.object) != string(want.object) || string(got.model) != string(want.model)) {
+			t.Fatalf("%q: one pass %+v, %v; two passes %+v, %v", b, got, gotOK, want, wantOK)
+		}
+	})
+}

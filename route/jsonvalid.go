@@ -8,19 +8,29 @@ package route
 // UTF-8 (topMembers does) and refuses nesting deeper than 10,000.
 // FuzzValidJSON holds the two equal.
 func validJSON(b []byte) bool {
-	const maxDepth = 10000 // encoding/json's
+	i := validValue(b, skipSpace(b, 0), maxJSONDepth)
+	return i >= 0 && skipSpace(b, i) == len(b)
+}
+
+// maxJSONDepth is encoding/json's limit on nesting.
+const maxJSONDepth = 10000
+
+// validValue returns the index just past the valid JSON value that
+// starts at b[i], nested no deeper than maxDepth, or -1 when there is
+// none: validJSON's one pass, which scanAnswer also makes member by
+// member.
+func validValue(b []byte, i, maxDepth int) int {
 	var small [64]byte
 	stack := small[:0] // the open containers, '{' or '['
-	i := skipSpace(b, 0)
 	for {
 		// A value starts at b[i].
 		if i >= len(b) {
-			return false
+			return -1
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
 			if len(stack) == maxDepth {
-				return false
+				return -1
 			}
 			stack = append(stack, c)
 			i = skipSpace(b, i+1)
@@ -31,42 +41,42 @@ func validJSON(b []byte) bool {
 			}
 			if c == '{' {
 				if i = validMember(b, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			continue
 		case c == '"':
 			if i = skipValidString(b, i); i < 0 {
-				return false
+				return -1
 			}
 		case c == '-' || c >= '0' && c <= '9':
 			if i = skipNumber(b, i); i < 0 {
-				return false
+				return -1
 			}
 		case c == 't':
 			if i = literal(b, i, "true"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'f':
 			if i = literal(b, i, "false"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'n':
 			if i = literal(b, i, "null"); i < 0 {
-				return false
+				return -1
 			}
 		default:
-			return false
+			return -1
 		}
 		// A value ended before b[i]: close containers, or go on to the
 		// next element.
 		for {
-			i = skipSpace(b, i)
 			if len(stack) == 0 {
-				return i == len(b)
+				return i
 			}
+			i = skipSpace(b, i)
 			if i >= len(b) {
-				return false
+				return -1
 			}
 			top := stack[len(stack)-1]
 			if b[i] == top+2 {
@@ -75,12 +85,12 @@ func validJSON(b []byte) bool {
 				continue
 			}
 			if b[i] != ',' {
-				return false
+				return -1
 			}
 			i = skipSpace(b, i+1)
 			if top == '{' {
 				if i = validMember(b, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			break
