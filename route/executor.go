@@ -279,10 +279,13 @@ func (e *Executor) Close() { e.client.CloseIdleConnections() }
 // providers and statuses only: what a provider said in an error body can
 // hold internal names, so it goes to Result.Attempts, never the client.
 func (e *Executor) Execute(ctx context.Context, req *Request, plan *Plan, sink ResponseSink) (*Result, error) {
-	// One allocation holds the run, its Result and its first call.
-	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink}
-	r.res = &r.result
-	r.res.Attempts = r.res.first[:0:1] // most requests make one attempt
+	// One allocation holds the run and its first call. The Result is
+	// apart: callers keep it (the node's decision log keeps the last
+	// 256), and inside the run it would keep the request, its context,
+	// its sink and its first call's bridge alive with it.
+	res := &Result{}
+	res.Attempts = res.first[:0:1] // most requests make one attempt
+	r := &run{e: e, ctx: ctx, req: req, plan: plan, sink: sink, res: res}
 	for i := range plan.Targets {
 		if r.attempts >= e.cfg.MaxAttempts {
 			break
@@ -325,9 +328,8 @@ type run struct {
 	// nano-dollars: one a provider accepted and broke off is charged its
 	// upper bound, and the answer tells it with its own (toldCost).
 	charged int64
-	// result is res, and firstCall the first call, kept here so that a
-	// request of one attempt allocates one executor state.
-	result    Result
+	// firstCall is the first call, kept here so that a request of one
+	// attempt allocates one call state with its run.
 	firstCall call
 }
 
