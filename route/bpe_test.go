@@ -183,11 +183,21 @@ func TestRankTableRefusesMalformedFiles(t *testing.T) {
 		"repeat":       "YQ== 0\nYQ== 1\n",
 		"bad base64":   "YQ== 0\n!!!! 1\n",
 		"unpadded":     "YQ== 0\nYWJjZA 1\n",
+		"all padding":  "==== 0\n",
+		"padding only": "YQ== 0\nYWI= 1\n==== 2\n",
+		"one =":        "YQ== 0\n= 1\n",
 	} {
 		fsys := fstest.MapFS{"ranks": {Data: []byte(text)}}
-		if _, err := loadRankTable(fsys, "ranks"); err == nil {
-			t.Errorf("%s: loaded %q", name, text)
-		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: %q panicked: %v", name, text, r)
+				}
+			}()
+			if _, err := loadRankTable(fsys, "ranks"); err == nil {
+				t.Errorf("%s: loaded %q", name, text)
+			}
+		}()
 	}
 	fsys := fstest.MapFS{"ranks": {Data: []byte("YQ== 0\n\nYg== 1\nYWI= 2\n")}}
 	table, err := loadRankTable(fsys, "ranks")
