@@ -112,7 +112,9 @@ func scanRankFile(fsys fs.FS, name string, f func(token []byte, rank int) error)
 		}
 		token, digits, ok := bytes.Cut(b, []byte{' '})
 		rank, okRank := parseRank(digits)
-		if !ok || !okRank || len(token) == 0 {
+		// Padded base64 is whole quanta of four with at most two '=':
+		// anything else would size a token wrong (all padding, negative).
+		if !ok || !okRank || len(token) == 0 || len(token)%4 != 0 || bytes.HasSuffix(token, []byte("===")) {
 			return fmt.Errorf("%s:%d: %q: %w", name, line, b, errRankTable)
 		}
 		if err := f(token, rank); err != nil {
