@@ -56,7 +56,7 @@ func doBench(b *testing.B, c *http.Client, url string, body []byte) {
 // (client, node and emulator share the process: the node's share is the
 // difference from a request sent straight to the emulator). Issue 24's
 // target is what a bare httputil.ReverseProxy adds (92 unary, 101
-// streamed); the node added 112 and 124 when this was set.
+// streamed); the node added 113 and 125 when this was set.
 const maxNodeAllocs = 128
 
 // BenchmarkProxyPath measures one request end to end, sent straight to a
