@@ -154,11 +154,9 @@ type Plan struct {
 	// FallbackOn are the classes of answer the group falls back on.
 	FallbackOn FallbackClass
 
-	contextModels []string // the group's larger-context models, when it falls back on context_length
-	// targetRoom and rankRoom hold a plan of one target and a model's
-	// one rank of offers without allocations of their own.
-	targetRoom [1]Target
-	rankRoom   [1][]*Offer
+	contextModels []string    // the group's larger-context models, when it falls back on context_length
+	targetRoom    [1]Target   // a plan of one target allocates none
+	rankRoom      [1][]*Offer // nor a model's one rank of offers
 }
 
 // Policy orders the targets that passed every hard filter.
@@ -373,9 +371,7 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 				n += len(r.replicas) - 1 // a target per replica
 			}
 		}
-		if n <= len(plan.targetRoom) {
-			plan.Targets = plan.targetRoom[:0:n]
-		} else {
+		if plan.Targets = plan.targetRoom[:0]; n > len(plan.targetRoom) {
 			plan.Targets = make([]Target, 0, n)
 		}
 	}
