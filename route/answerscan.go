@@ -44,20 +44,7 @@ func scanAnswer(b []byte) (answerDoc, bool) {
 		if vend < 0 {
 			return d, false
 		}
-		switch v := b[vstart:vend]; key {
-		case "choices":
-			d.choices, ok = nonEmptyArray(v, ok)
-		case "data":
-			d.data, ok = nonEmptyArray(v, ok)
-		case "usage":
-			d.usage, ok = kindOf(v, '{', ok)
-		case "id":
-			d.id, ok = kindOf(v, '"', ok)
-		case "object":
-			d.object, ok = kindOf(v, '"', ok)
-		case "model":
-			d.model = v
-		}
+		ok = d.member(key, b[vstart:vend], ok)
 		switch i = skipSpace(b, vend); {
 		case i < len(b) && b[i] == ',':
 			i = skipSpace(b, i+1)
@@ -67,6 +54,26 @@ func scanAnswer(b []byte) (answerDoc, bool) {
 			return d, false
 		}
 	}
+}
+
+// member reads the member key, whose value is v, into d if it is one
+// whole reads; ok becomes false when its value has the wrong type.
+func (d *answerDoc) member(key string, v []byte, ok bool) bool {
+	switch key {
+	case "choices":
+		d.choices, ok = nonEmptyArray(v, ok)
+	case "data":
+		d.data, ok = nonEmptyArray(v, ok)
+	case "usage":
+		d.usage, ok = kindOf(v, '{', ok)
+	case "id":
+		d.id, ok = kindOf(v, '"', ok)
+	case "object":
+		d.object, ok = kindOf(v, '"', ok)
+	case "model":
+		d.model = v
+	}
+	return ok
 }
 
 // nonEmptyArray reports whether v is an array with an element; ok becomes

@@ -142,8 +142,9 @@ func TestRewriteFromScannedMembers(t *testing.T) {
 }
 
 // scanAnswerTwoPass is scanAnswer as it was before it validated member by
-// member: the whole document first, then a walk over its members. The
-// fuzz test holds the one pass to it.
+// member: the whole document first, then a walk over its members (each
+// read by the same answerDoc.member). The fuzz test holds the one pass to
+// it.
 func scanAnswerTwoPass(b []byte) (answerDoc, bool) {
 	var d answerDoc
 	if !validJSON(b) || b[skipSpace(b, 0)] != '{' {
@@ -151,20 +152,7 @@ func scanAnswerTwoPass(b []byte) (answerDoc, bool) {
 	}
 	ok := true
 	_ = eachMember(b, func(key string, v []byte) error {
-		switch key {
-		case "choices":
-			d.choices, ok = nonEmptyArray(v, ok)
-		case "data":
-			d.data, ok = nonEmptyArray(v, ok)
-		case "usage":
-			d.usage, ok = kindOf(v, '{', ok)
-		case "id":
-			d.id, ok = kindOf(v, '"', ok)
-		case "object":
-			d.object, ok = kindOf(v, '"', ok)
-		case "model":
-			d.model = v
-		}
+		ok = d.member(key, v, ok)
 		return nil
 	})
 	return d, ok

@@ -111,7 +111,8 @@ func scanRankFile(fsys fs.FS, name string, f func(token []byte, rank int) error)
 			continue
 		}
 		token, digits, ok := bytes.Cut(b, []byte{' '})
-		rank, okRank := parseRank(digits)
+		rank, okRank := plainInt(digits)
+		okRank = okRank && digits[0] != '-'
 		// Padded base64 is whole quanta of four with at most two '=':
 		// anything else would size a token wrong (all padding, negative).
 		if !ok || !okRank || len(token) == 0 || len(token)%4 != 0 || bytes.HasSuffix(token, []byte("===")) {
@@ -122,23 +123,6 @@ func scanRankFile(fsys fs.FS, name string, f func(token []byte, rank int) error)
 		}
 	}
 	return sc.Err()
-}
-
-// parseRank parses a rank's decimal digits without allocating, as
-// strconv would for a []byte; ranks are small, so overflow is not a
-// concern beyond refusing more than nine digits.
-func parseRank(digits []byte) (int, bool) {
-	if len(digits) == 0 || len(digits) > 9 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
 }
 
 // decodedLen is the length of the bytes a padded base64 token decodes to.

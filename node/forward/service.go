@@ -190,10 +190,11 @@ func (s *Sink) flush(tr *pb.Trailer) error {
 			s.send(&pb.ForwardReply{Part: &pb.ForwardReply_Trailer{Trailer: tr}})
 		}
 	} else {
-		for i := 0; s.err == nil; i += chunk {
+		for i, last := 0, false; !last && s.err == nil; i += chunk {
 			end := min(i+chunk, len(s.buf))
+			last = end == len(s.buf)
 			s.fr.Head, s.fr.Data, s.fr.Trailer = s.head, s.buf[i:end], nil
-			if end == len(s.buf) {
+			if last {
 				s.fr.Trailer = tr
 			}
 			if s.fr.Head != nil || len(s.fr.Data) > 0 || s.fr.Trailer != nil {
@@ -201,9 +202,6 @@ func (s *Sink) flush(tr *pb.Trailer) error {
 				s.frame.Frame = &s.fr
 				s.reply.Part = &s.frame
 				s.send(&s.reply)
-			}
-			if end == len(s.buf) {
-				break
 			}
 		}
 		s.fr.Head, s.fr.Data, s.fr.Trailer = nil, nil, nil
