@@ -234,7 +234,7 @@ type ExecutorDeps struct {
 func NewExecutor(cfg ExecutorConfig, d ExecutorDeps) *Executor {
 	var rt http.RoundTripper = d.Transport
 	if rt == nil {
-		rt = newTransport(cfg)
+		rt = newUpstreamTransport(cfg)
 	}
 	e := &Executor{
 		cfg: cfg,
