@@ -107,6 +107,14 @@ func (t *wireTransport) host(scheme, host string) (*fasthttp.HostClient, error) 
 		MaxIdleConnDuration:      cfg.IdleConnTimeout,
 		ConnPoolStrategy:         fasthttp.LIFO, // the least used connections idle out
 		NoDefaultUserAgentHeader: true,
+		// An answer's head must fit the read buffer. A cloud API's runs
+		// to 2 KiB (rate-limit headers, cookies, its CDN's), and more
+		// behind a gateway of the provider's; an engine's is a few
+		// hundred bytes.
+		ReadBufferSize: 4 << 10,
+	}
+	if tc != nil {
+		hc.ReadBufferSize = 16 << 10
 	}
 	m := make(map[hostKey]*fasthttp.HostClient, 1)
 	if old != nil {

@@ -36,8 +36,11 @@ type ExecutorConfig struct {
 	// streamed event.
 	MaxResponseBytes int64
 	MaxEventBytes    int
-	// MaxIdleConnsPerHost is how many idle keep-alive connections are
-	// kept per provider host; IdleConnTimeout how long each may idle.
+	// IdleConnTimeout is how long a keep-alive connection to a provider
+	// may idle before it is closed. MaxIdleConnsPerHost bounds how many
+	// idle ones are kept per host when providers are called through
+	// net/http's Transport (with an egress proxy); the node's own
+	// transport keeps each until its idle timeout.
 	MaxIdleConnsPerHost int
 	IdleConnTimeout     time.Duration
 	// UserAgent is sent to providers.
@@ -61,9 +64,9 @@ func DefaultExecutorConfig() ExecutorConfig {
 	}
 }
 
-// newTransport returns the pooled HTTP transport shared by every provider.
-// Proxy settings come from the environment (HTTPS_PROXY), as operators
-// behind an egress proxy expect.
+// newTransport returns net/http's pooled transport, which providers are
+// called through when the environment names an egress proxy
+// (HTTPS_PROXY), as operators behind one expect; see wireTransport.
 func newTransport(cfg ExecutorConfig) *http.Transport {
 	d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
