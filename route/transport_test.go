@@ -225,3 +225,19 @@ func TestWireTransportTLS(t *testing.T) {
 		t.Fatalf("%d %q %v", resp.StatusCode, b, err)
 	}
 }
+
+// TestUpstreamTransportHonoursProxy: with an egress proxy in the
+// environment, providers are called through net/http's transport, which
+// sends through it; without, through the node's own.
+func TestUpstreamTransportHonoursProxy(t *testing.T) {
+	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"} {
+		t.Setenv(k, "")
+	}
+	if _, ok := newUpstreamTransport(DefaultExecutorConfig()).(*wireTransport); !ok {
+		t.Fatal("no proxy set: want the node's own transport")
+	}
+	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+	if _, ok := newUpstreamTransport(DefaultExecutorConfig()).(*http.Transport); !ok {
+		t.Fatal("HTTPS_PROXY set: want net/http's transport")
+	}
+}
