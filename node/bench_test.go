@@ -56,8 +56,8 @@ func doBench(b *testing.B, c *http.Client, url string, body []byte) {
 // (client, node and emulator share the process: the node's share is the
 // difference from a request sent straight to the emulator). Issue 24's
 // target is what a bare httputil.ReverseProxy adds (92 unary, 101
-// streamed); the node added 113 and 125 when this was set.
-const maxNodeAllocs = 128
+// streamed); the node added 80 and 90 when this was set.
+const maxNodeAllocs = 96
 
 // BenchmarkProxyPath measures one request end to end, sent straight to a
 // zero-latency emulator and through a node to it. allocs/op counts the

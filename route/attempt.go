@@ -139,6 +139,7 @@ func (c *call) fromMessages(resp *http.Response) {
 		return
 	case resp.StatusCode == http.StatusOK:
 		b, err := io.ReadAll(io.LimitReader(resp.Body, c.e.cfg.MaxResponseBytes))
+		resp.Body.Close() // its connection goes back to the pool
 		if err == nil {
 			b, err = anthropic.ToChatAnswer(b)
 		}
@@ -148,6 +149,7 @@ func (c *call) fromMessages(resp *http.Response) {
 		resp.Body = io.NopCloser(bytes.NewReader(b))
 	default:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(anthropic.ToOpenAIError(b)))
 	}
 	resp.Header.Set("Content-Type", "application/json")

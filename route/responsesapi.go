@@ -104,6 +104,7 @@ func (c *call) fromChat(resp *http.Response) {
 		return
 	}
 	chat, err := io.ReadAll(io.LimitReader(resp.Body, c.e.cfg.MaxResponseBytes+1))
+	resp.Body.Close() // its connection goes back to the pool
 	var out []byte
 	if err == nil && int64(len(chat)) <= c.e.cfg.MaxResponseBytes {
 		out, b.assistant, err = responses.FromChatAnswer(chat, c.req.Chat.raw, b.id, b.createdAt)

@@ -2,6 +2,7 @@ package route
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,7 +15,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -107,14 +107,11 @@ func (t *wireTransport) host(scheme, host string) (*fasthttp.HostClient, error) 
 		MaxIdleConnDuration:      cfg.IdleConnTimeout,
 		ConnPoolStrategy:         fasthttp.LIFO, // the least used connections idle out
 		NoDefaultUserAgentHeader: true,
-		// An answer's head must fit the read buffer. A cloud API's runs
-		// to 2 KiB (rate-limit headers, cookies, its CDN's), and more
-		// behind a gateway of the provider's; an engine's is a few
-		// hundred bytes.
+		// Held by every open stream. A cloud API's head runs to 2 KiB
+		// (rate-limit headers, cookies, its CDN's), an engine's to a
+		// few hundred bytes; a larger one is read through a larger
+		// buffer (roundTrip).
 		ReadBufferSize: 4 << 10,
-	}
-	if tc != nil {
-		hc.ReadBufferSize = 16 << 10
 	}
 	m := make(map[hostKey]*fasthttp.HostClient, 1)
 	if old != nil {
@@ -130,12 +127,11 @@ func (t *wireTransport) host(scheme, host string) (*fasthttp.HostClient, error) 
 // dialUpstream connects to addr, with TLS when tc is set, handshake
 // included, within timeout.
 func dialUpstream(addr string, tc *tls.Config, timeout time.Duration) (net.Conn, error) {
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+	if timeout <= 0 {
+		timeout = 30 * time.Second // never unbounded: nothing cancels a dial
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	d := net.Dialer{KeepAlive: 30 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -167,8 +163,8 @@ func (t *wireTransport) CloseIdleConnections() {
 var pastDeadline = time.Unix(1, 0)
 
 // RoundTrip sends req and returns the answer's head, its body streamed
-// from the connection. The connection goes back to the pool when the
-// body is read to its end and closed, and is closed otherwise.
+// from the connection. The connection goes back to the pool once the body
+// is read to its end, and is closed if the body is closed before.
 func (t *wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	hc, err := t.host(req.URL.Scheme, req.URL.Host)
@@ -184,14 +180,19 @@ func (t *wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		x.free()
 		return nil, err
 	}
-	for try := 0; ; try++ {
-		resp, retry, err := x.roundTrip(ctx, hc)
+	for resent := 0; ; {
+		resp, again, err := x.roundTrip(ctx, hc)
 		switch {
 		case err == nil:
 			return resp, nil
 		case ctx.Err() != nil:
 			err = ctx.Err()
-		case retry && try < maxStale:
+		case again == staleConn:
+			// It left the pool: the loop ends with the pool's last
+			// connection, or a new one.
+			continue
+		case again == unsent && resent < 1:
+			resent++
 			continue
 		}
 		x.free()
@@ -199,9 +200,14 @@ func (t *wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// maxStale bounds the connections a request may find closed by the
-// provider before it is sent on a new one.
-const maxStale = 4
+// Why a request may go out again on another connection: never once it
+// was written whole, as the provider may have processed it (net/http's
+// rule for a POST).
+const (
+	noRetry   = iota
+	staleConn // the pooled connection was closed while it idled
+	unsent    // writing to a reused connection failed
+)
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {
@@ -215,9 +221,10 @@ type exchange struct {
 	req     fasthttp.Request
 	resp    fasthttp.Response
 	conn    net.Conn
-	br      *bufio.Reader
+	br      *bufio.Reader // the head's and the body's reader
+	ownBR   bool          // br is not the pool's: it grew for a large head
 	hc      *fasthttp.HostClient
-	release func(keep bool) // gives the connection back, or closes it
+	release func(keep bool) // gives the connection back, or closes it; nil once done
 	stop    func() bool     // unregisters the cancellation
 	chunked io.Reader       // a chunked body's reader, made on first read
 	eof     bool            // the body was read to its end
@@ -230,7 +237,7 @@ var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 func (x *exchange) free() {
 	x.req.Reset()
 	x.resp.Reset()
-	x.conn, x.br, x.hc, x.release, x.stop, x.chunked, x.eof = nil, nil, nil, nil, nil, nil, false
+	x.conn, x.br, x.ownBR, x.hc, x.release, x.stop, x.chunked, x.eof = nil, nil, false, nil, nil, nil, nil, false
 	exchanges.Put(x)
 }
 
@@ -261,45 +268,71 @@ func (x *exchange) request(req *http.Request) error {
 // errStale is a pooled connection the provider closed while it idled.
 var errStale = errors.New("idle connection closed by the provider")
 
+// maxHead bounds an answer's head, as net/http's MaxResponseHeaderBytes
+// (10 MiB by default) does; the read buffer grows to it from 4 KiB for
+// a head that does not fit.
+const maxHead = 1 << 20
+
 // roundTrip sends x.req on a connection from hc and reads the answer's
-// head; retry says the request never reached the provider, so that
-// sending it on another connection is safe.
-func (x *exchange) roundTrip(ctx context.Context, hc *fasthttp.HostClient) (*http.Response, bool, error) {
+// head; again says whether the request may go out on another connection.
+func (x *exchange) roundTrip(ctx context.Context, hc *fasthttp.HostClient) (*http.Response, int, error) {
 	cc, err := hc.AcquireConn(0, false)
 	if err != nil {
-		return nil, false, err
+		return nil, noRetry, err
 	}
 	reused := !cc.LastUseTime().IsZero()
 	conn := cc.Conn()
 	if reused && !idleOpen(conn) {
 		hc.CloseConn(cc)
-		return nil, true, errStale
+		return nil, staleConn, errStale
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(pastDeadline) })
+	fail := func(err error, again int) (*http.Response, int, error) {
+		stop()
+		hc.CloseConn(cc)
+		x.resp.Reset()
+		return nil, again, err
+	}
 	bw := hc.AcquireWriter(conn)
 	err = x.req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	hc.ReleaseWriter(bw)
-	var br *bufio.Reader
-	if err == nil {
-		br = hc.AcquireReader(conn)
+	if err != nil {
+		if reused {
+			// The provider closed the connection as the request went
+			// out: it has not read all of it.
+			return fail(err, unsent)
+		}
+		return fail(err, noRetry)
+	}
+	br, own := hc.AcquireReader(conn), false
+	for {
 		x.resp.StreamBody = true
-		if err = x.resp.Read(br); err != nil {
+		x.resp.Header.SetNoDefaultContentType(true) // none sent: none invented
+		err = x.resp.Read(br)
+		small := (*fasthttp.ErrSmallBuffer)(nil)
+		if err == nil || !errors.As(err, &small) || br.Size() >= maxHead {
+			break
+		}
+		// The head is larger than the buffer: read it again, from what
+		// has arrived, through one four times the size.
+		head, _ := br.Peek(br.Buffered())
+		next := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(head)), conn), 4*br.Size())
+		if !own {
 			hc.ReleaseReader(br)
 		}
+		br, own = next, true
+		x.resp.Reset()
 	}
 	if err != nil {
-		stop()
-		hc.CloseConn(cc)
-		x.resp.Reset()
-		// Nothing came back from a reused connection: the provider
-		// closed it as the request went out, and never read it.
-		retry := reused && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
-		return nil, retry, err
+		if !own {
+			hc.ReleaseReader(br)
+		}
+		return fail(err, noRetry)
 	}
-	x.conn, x.br, x.hc, x.stop = conn, br, hc, stop
+	x.conn, x.br, x.ownBR, x.hc, x.stop = conn, br, own, hc, stop
 	x.release = func(keep bool) {
 		if keep {
 			hc.ReleaseConn(cc)
@@ -307,7 +340,7 @@ func (x *exchange) roundTrip(ctx context.Context, hc *fasthttp.HostClient) (*htt
 			hc.CloseConn(cc)
 		}
 	}
-	return x.response(), false, nil
+	return x.response(), noRetry, nil
 }
 
 // response is x's answer as net/http's: the head copied, the body read
@@ -315,7 +348,6 @@ func (x *exchange) roundTrip(ctx context.Context, hc *fasthttp.HostClient) (*htt
 func (x *exchange) response() *http.Response {
 	w := &wireResponse{body: wireBody{x: x}}
 	r := &w.Response
-	r.Status = ""
 	r.StatusCode = x.resp.StatusCode()
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
 	r.Header = headerOf(&x.resp.Header)
@@ -334,22 +366,30 @@ type wireResponse struct {
 }
 
 // headerOf copies h into an http.Header, every name and value in one
-// string and every value slice in one array.
+// string and every value slice in one array. The framing headers
+// (Transfer-Encoding, Connection) are left out, as net/http leaves them.
 func headerOf(h *fasthttp.ResponseHeader) http.Header {
 	n, size := 0, 0
 	for k, v := range h.All() {
-		n++
-		size += len(k) + len(v)
+		if !framing(k) {
+			n++
+			size += len(k) + len(v)
+		}
 	}
 	buf := make([]byte, 0, size)
 	for k, v := range h.All() {
-		buf = append(append(buf, k...), v...)
+		if !framing(k) {
+			buf = append(append(buf, k...), v...)
+		}
 	}
 	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
 	vals := make([]string, n)
 	out := make(http.Header, n)
 	i, off := 0, 0
 	for k, v := range h.All() {
+		if framing(k) {
+			continue
+		}
 		key := all[off : off+len(k)]
 		off += len(k)
 		vals[i] = all[off : off+len(v)]
@@ -364,22 +404,47 @@ func headerOf(h *fasthttp.ResponseHeader) http.Header {
 	return out
 }
 
-// wireBody reads an answer's body from its connection. Close settles the
-// connection: back to the pool after a body read to its end, else closed;
-// a second Close does nothing.
+func framing(k []byte) bool {
+	return string(k) == "Transfer-Encoding" || string(k) == "Connection"
+}
+
+// wireBody reads an answer's body from its connection. Close lets go of
+// what it holds; a second Close does nothing.
 type wireBody struct{ x *exchange }
+
+var errBodyClosed = errors.New("http: read on closed response body")
 
 func (b *wireBody) Read(p []byte) (int, error) {
 	x := b.x
-	switch {
-	case x == nil:
+	if x == nil {
 		return 0, errBodyClosed
-	case x.eof:
+	}
+	n, err := x.read(p)
+	if err == io.EOF {
+		x.settle() // the connection is free for the next request
+	}
+	return n, err
+}
+
+func (b *wireBody) Close() error {
+	if x := b.x; x != nil {
+		b.x = nil
+		x.settle()
+		x.free()
+	}
+	return nil
+}
+
+// read reads the body, noting its end.
+func (x *exchange) read(p []byte) (int, error) {
+	if x.eof {
 		return 0, io.EOF
 	}
 	var n int
 	var err error
 	switch s := x.resp.BodyStream(); {
+	case s == nil: // no body (a 204, a 304)
+		err = io.EOF
 	case x.resp.Header.ContentLength() == -1:
 		// net/http's chunked reader returns every whole chunk that has
 		// arrived, not one a call, so that a relay sees the burst of
@@ -392,15 +457,53 @@ func (b *wireBody) Read(p []byte) (int, error) {
 				err = terr
 			}
 		}
-	case s != nil:
-		n, err = s.Read(p)
 	default:
-		err = io.EOF
+		n, err = s.Read(p)
 	}
 	if err == io.EOF {
 		x.eof = true
 	}
 	return n, err
+}
+
+// settle ends x's use of its connection, once: back to the pool after a
+// body read to its end (or whose end has already arrived) that nothing
+// canceled, else closed.
+func (x *exchange) settle() {
+	if x.release == nil {
+		return
+	}
+	canceled := !x.stop() // the cancellation ran: the deadline is gone
+	if !x.eof && !canceled {
+		x.finish()
+	}
+	keep := x.eof && !canceled && !x.resp.ConnectionClose()
+	_ = x.resp.CloseBodyStream()
+	if !x.ownBR {
+		x.hc.ReleaseReader(x.br)
+	}
+	x.release(keep)
+	x.release, x.br, x.conn, x.chunked = nil, nil, nil, nil
+}
+
+// finish reads what is left of the body if it has already arrived (a
+// caller that stops at a stream's [DONE], before the chunked body's last
+// chunk), so that the connection is reusable. It never waits for the
+// network.
+func (x *exchange) finish() {
+	if x.conn.SetReadDeadline(pastDeadline) != nil {
+		return
+	}
+	for n := 0; n < 64<<10 && !x.eof; {
+		m, err := x.read(x.scratch[:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	if x.eof && x.conn.SetReadDeadline(time.Time{}) != nil {
+		x.eof = false
+	}
 }
 
 // readTrailer reads the trailer that ends a chunked body, up to the empty
@@ -419,47 +522,4 @@ func readTrailer(br *bufio.Reader) error {
 		}
 	}
 	return errors.New("chunked body: trailer too long")
-}
-
-var errBodyClosed = errors.New("http: read on closed response body")
-
-func (b *wireBody) Close() error {
-	x := b.x
-	if x == nil {
-		return nil
-	}
-	b.x = nil
-	canceled := !x.stop() // the cancellation ran: the deadline is gone
-	if !x.eof && !canceled {
-		b.x = x
-		b.finish()
-		b.x = nil
-	}
-	keep := x.eof && !canceled && !x.resp.ConnectionClose()
-	_ = x.resp.CloseBodyStream()
-	x.hc.ReleaseReader(x.br)
-	x.release(keep)
-	x.free()
-	return nil
-}
-
-// finish reads what is left of the body if it has already arrived: a
-// stream's relay stops at [DONE], before the chunked body's last chunk,
-// and the connection is reusable once that is read. It never waits for
-// the network.
-func (b *wireBody) finish() {
-	x := b.x
-	if x.conn.SetReadDeadline(pastDeadline) != nil {
-		return
-	}
-	for n := 0; n < 64<<10 && !x.eof; {
-		m, err := b.Read(x.scratch[:])
-		n += m
-		if err != nil {
-			break
-		}
-	}
-	if x.eof && x.conn.SetReadDeadline(time.Time{}) != nil {
-		x.eof = false
-	}
 }

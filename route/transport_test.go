@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/region"
 )
 
 // countConns counts the connections srv accepts.
@@ -239,5 +241,210 @@ func TestUpstreamTransportHonoursProxy(t *testing.T) {
 	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
 	if _, ok := newUpstreamTransport(DefaultExecutorConfig()).(*http.Transport); !ok {
 		t.Fatal("HTTPS_PROXY set: want net/http's transport")
+	}
+}
+
+// rawServer answers requests on raw TCP with answer(n, conn), n counting
+// the requests it received from 1; answer returns false to close the
+// connection.
+// It returns its URL, the requests and the connections it received.
+func rawServer(t *testing.T, answer func(n int64, c net.Conn) bool) (string, *atomic.Int64, *atomic.Int64) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n, conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if !answer(n.Add(1), c) {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), &n, &conns
+}
+
+// TestWireTransportNeverResendsWritten: a request written whole to a
+// reused connection that then fails is not sent again, as the provider
+// may have processed it (and billed it); net/http's rule for a POST.
+func TestWireTransportNeverResendsWritten(t *testing.T) {
+	for name, bad := range map[string]func(net.Conn){
+		"part of a head, then closed": func(c net.Conn) {
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+		},
+		"closed without an answer": func(net.Conn) {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			url, n, _ := rawServer(t, func(n int64, c net.Conn) bool {
+				if n == 2 {
+					bad(c)
+					return false
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				return true
+			})
+			rt := wireFor(t)
+			resp := post(t, rt, context.Background(), url, "{}")
+			_, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"bill":"me"}`))
+			if resp, err := rt.RoundTrip(req); err == nil {
+				resp.Body.Close()
+				t.Fatal("the second request succeeded")
+			}
+			if got := n.Load(); got != 2 {
+				t.Fatalf("the provider received %d requests for 2", got)
+			}
+		})
+	}
+}
+
+// TestWireTransportSkipsManyClosedIdle: a burst leaves several idle
+// connections, the provider closes them all (its keep-alive timeout), and
+// the next request still goes out, on a new one.
+func TestWireTransportSkipsManyClosedIdle(t *testing.T) {
+	const burst = 8
+	var arrived atomic.Int64
+	gate := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/burst" {
+			if arrived.Add(1) == burst {
+				close(gate)
+			}
+			<-gate
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	rt := wireFor(t)
+	errs := make(chan error, burst)
+	for range burst {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/burst", strings.NewReader("{}"))
+			resp, err := rt.RoundTrip(req)
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range burst {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.CloseClientConnections()
+	resp := post(t, rt, context.Background(), srv.URL+"/after", "{}")
+	resp.Body.Close()
+}
+
+// TestWireTransportHeadAsNetHTTP: the answer's head reads as net/http's
+// would: no Content-Type the provider did not send, no framing headers,
+// a head larger than the read buffer, no body after a 204 even if it
+// says chunked, and the connection back in the pool once a body is read
+// to its end, closed or not.
+func TestWireTransportHeadAsNetHTTP(t *testing.T) {
+	big := strings.Repeat("x", 5<<10)
+	url, n, conns := rawServer(t, func(n int64, c net.Conn) bool {
+		switch n {
+		case 1: // chunked, no Content-Type, a 5 KiB header
+			_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\nX-Big: "+big+"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+		case 2:
+			_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n")
+		default:
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		return true
+	})
+	rt := wireFor(t)
+	resp := post(t, rt, context.Background(), url, "{}")
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(b) != "hello" || resp.StatusCode != 400 || resp.Header.Get("X-Big") != big {
+		t.Fatalf("%d %q %v", resp.StatusCode, b, err)
+	}
+	if ct, te := resp.Header["Content-Type"], resp.Header["Transfer-Encoding"]; ct != nil || te != nil {
+		t.Fatalf("Content-Type %q, Transfer-Encoding %q: not sent, or framing", ct, te)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp = post(t, rt, ctx, url, "{}")
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 0 || resp.StatusCode != 204 {
+		t.Fatalf("204: %q %v", b, err)
+	}
+	resp.Body.Close()
+
+	// Read to its end and never closed: the connection is free anyway.
+	for range 3 {
+		resp = post(t, rt, context.Background(), url, "{}")
+		if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+			t.Fatalf("%q", b)
+		}
+	}
+	if got := n.Load(); got != 5 {
+		t.Fatalf("%d requests", got)
+	}
+	if c := conns.Load(); c != 1 {
+		t.Fatalf("%d connections, want 1", c)
+	}
+}
+
+// TestAnthropicAnswerFreesConnection: the executor reads a Messages
+// provider's whole answer, translates it and lets go of the original
+// body; its connection carries the next request.
+func TestAnthropicAnswerFreesConnection(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":5}}`)
+	}))
+	conns := countConns(srv)
+	srv.Start()
+	defer srv.Close()
+	p := Provider{Name: "a", Kind: KindAnthropic, Region: "r1", Reach: ReachGlobal, BaseURL: srv.URL, APIKey: "k",
+		Jurisdictions: region.NewSet("eu"), Models: []Model{{Name: "m", InputUSDPerMTok: 1, OutputUSDPerMTok: 1}}}
+	cat, err := NewCatalog([]Provider{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	regions, _ := region.NewMap([]region.Region{{Name: "r1", Jurisdiction: "eu"}})
+	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
+	ex := NewExecutor(DefaultExecutorConfig(), ExecutorDeps{Guard: Guard{Region: "r1", Regions: regions}, Tracker: tr,
+		Tokenizer: &Tokenizer{}, Transport: wireFor(t)})
+	pl := &Planner{Region: "r1", Catalog: cat, Health: tr}
+	for i := range 3 {
+		req := chatReq(t, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+		req.Residency = region.Residency{Jurisdiction: "eu"}
+		plan, err := pl.Plan(req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		if _, err := ex.Execute(context.Background(), req, plan, recorderSink{rec}); err != nil || rec.Code != 200 {
+			t.Fatalf("request %d: %v %d %s", i, err, rec.Code, rec.Body)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 3 requests in turn, want 1", n)
 	}
 }
