@@ -146,14 +146,27 @@ func refuse(status int, body string) func() (int, string) {
 // says.
 func runFallback(t *testing.T, g Group, script map[string]func() (int, string)) (*Result, error, *httptest.ResponseRecorder, map[string]int) {
 	t.Helper()
-	cat := fallbackCatalog(t, g)
-	regions, _ := region.NewMap([]region.Region{{Name: "r1", Jurisdiction: "eu"}})
 	sp := &scriptedProviders{answer: script, calls: map[string]int{}}
+	ex, pl := euRoute(fallbackCatalog(t, g), sp)
+	res, err, rec := executeEU(t, ex, pl, "g")
+	return res, err, rec, sp.calls
+}
+
+// euRoute returns an executor that calls providers through rt and a
+// planner over cat, both at a node of region r1, in the eu.
+func euRoute(cat *Catalog, rt http.RoundTripper) (*Executor, *Planner) {
+	regions, _ := region.NewMap([]region.Region{{Name: "r1", Jurisdiction: "eu"}})
 	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
 	ex := NewExecutor(DefaultExecutorConfig(), ExecutorDeps{Guard: Guard{Region: "r1", Regions: regions}, Tracker: tr,
-		Tokenizer: &Tokenizer{}, Transport: sp})
-	pl := &Planner{Region: "r1", Catalog: cat, Health: tr}
-	req := chatReq(t, `{"model":"g","messages":[{"role":"user","content":"hi"}]}`)
+		Tokenizer: &Tokenizer{}, Transport: rt})
+	return ex, &Planner{Region: "r1", Catalog: cat, Health: tr}
+}
+
+// executeEU plans and executes a chat request for model with a residency
+// of eu, into a recorder.
+func executeEU(t *testing.T, ex *Executor, pl *Planner, model string) (*Result, error, *httptest.ResponseRecorder) {
+	t.Helper()
+	req := chatReq(t, `{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`)
 	req.Residency = region.Residency{Jurisdiction: "eu"}
 	plan, err := pl.Plan(req, time.Now())
 	if err != nil {
@@ -161,7 +174,7 @@ func runFallback(t *testing.T, g Group, script map[string]func() (int, string)) 
 	}
 	rec := httptest.NewRecorder()
 	res, err := ex.Execute(context.Background(), req, plan, recorderSink{rec})
-	return res, err, rec, sp.calls
+	return res, err, rec
 }
 
 type recorderSink struct{ *httptest.ResponseRecorder }

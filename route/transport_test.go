@@ -427,20 +427,9 @@ func TestAnthropicAnswerFreesConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	regions, _ := region.NewMap([]region.Region{{Name: "r1", Jurisdiction: "eu"}})
-	tr := NewTracker(DefaultHealthConfig(), TrackerHooks{})
-	ex := NewExecutor(DefaultExecutorConfig(), ExecutorDeps{Guard: Guard{Region: "r1", Regions: regions}, Tracker: tr,
-		Tokenizer: &Tokenizer{}, Transport: wireFor(t)})
-	pl := &Planner{Region: "r1", Catalog: cat, Health: tr}
+	ex, pl := euRoute(cat, wireFor(t))
 	for i := range 3 {
-		req := chatReq(t, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-		req.Residency = region.Residency{Jurisdiction: "eu"}
-		plan, err := pl.Plan(req, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := httptest.NewRecorder()
-		if _, err := ex.Execute(context.Background(), req, plan, recorderSink{rec}); err != nil || rec.Code != 200 {
+		if _, err, rec := executeEU(t, ex, pl, "m"); err != nil || rec.Code != 200 {
 			t.Fatalf("request %d: %v %d %s", i, err, rec.Code, rec.Body)
 		}
 	}
