@@ -147,3 +147,26 @@ func (h *RateHolder) Untake(names []string, tokens int, at time.Time) {
 		}
 	}
 }
+
+// Pending reports whether an attempt costing tokens is refused now only
+// for want of a lease, not for the share's use: no share is in force
+// (none granted yet, or it lapsed while the leader could not be
+// reached), or the share is held to what was sent while a renewal that
+// reported it is under way. The request path answers such a refusal,
+// once it has waited limits.admission_wait, as the mesh's slowness (503
+// admission_timeout) rather than a limit reached (429).
+func (h *RateHolder) Pending(name string, tokens int, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.shares[name]
+	switch {
+	case s == nil || s.unlimited:
+		return false
+	case !now.Before(s.expires):
+		return !h.noVoters()
+	case !s.frozen:
+		return false
+	}
+	s.trim(now, h.window)
+	return float64(len(s.sent)) < s.rpm && s.tokenSum+float64(tokens) <= s.tpm
+}

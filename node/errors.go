@@ -86,6 +86,9 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, route.ErrBudgetExceeded):
 		e.Type, e.Code = "insufficient_quota", "budget_exceeded"
 		return http.StatusPaymentRequired, e
+	case errors.As(err, &ra) && ra.Lease:
+		e.Type, e.Code = "server_error", "admission_timeout"
+		return http.StatusServiceUnavailable, e
 	case errors.As(err, &ra):
 		e.Type, e.Code = "rate_limit_error", "rate_limited"
 		return http.StatusTooManyRequests, e

@@ -73,6 +73,13 @@ func baseConfig() *node.Config {
 // if not nil, adjusts the configuration before the node is built.
 func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 	t.Helper()
+	return startNodeBy(t, ups, edit, harness.StartNode)
+}
+
+// startNodeBy is startNode with the node started by start (one that
+// does not wait for readiness, say).
+func startNodeBy(t testing.TB, ups []upstream, edit func(*node.Config), start func(testing.TB, *node.Config, node.Options) *node.Node) *fixture {
+	t.Helper()
 	// Emulators count prompts with the process's tokenizer: load it now,
 	// so that its first use does not look like a slow provider.
 	if err := (route.Tokenizer{}).Err(); err != nil {
@@ -157,7 +164,7 @@ func startNode(t testing.TB, ups []upstream, edit func(*node.Config)) *fixture {
 	if edit != nil {
 		edit(f.cfg)
 	}
-	n := harness.StartNode(t, f.cfg, node.Options{Getenv: func(k string) string { return env[k] }})
+	n := start(t, f.cfg, node.Options{Getenv: func(k string) string { return env[k] }})
 	f.node = n
 	f.url = "http://" + n.HTTPAddr()
 	return f

@@ -12,9 +12,10 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
-// The budget holder's errors reach clients as route's did before
-// consensus had its own: the same status, code and message (node/ledger's
-// test of the same name checks the mapping's causes).
+// The budget holder's errors reach clients with route's messages: a
+// spent budget 402, escrow not gathered in time the mesh's own slowness,
+// 503 admission_timeout and never 429 (node/ledger's test of the same
+// name checks the mapping's causes).
 func TestBudgetGateErrorsMapToRoute(t *testing.T) {
 	exceeded := fmt.Errorf("%w: tenant acme has $0.01 left of its budget for 2026-12, and the request may cost up to $0.02", consensus.ErrBudgetExceeded)
 	wait := &consensus.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
@@ -25,7 +26,7 @@ func TestBudgetGateErrorsMapToRoute(t *testing.T) {
 		msg    string
 	}{
 		{exceeded, http.StatusPaymentRequired, "budget_exceeded", exceeded.Error()},
-		{wait, http.StatusTooManyRequests, "rate_limited", "this node is giving its budget escrow back (retry after 1s)"},
+		{wait, http.StatusServiceUnavailable, "admission_timeout", "this node is giving its budget escrow back (retry after 1s)"},
 	} {
 		got := ledger.RouteError(tc.err)
 		status, e := classify(got)

@@ -79,7 +79,7 @@ func (n *Node) takeKeyRate(ctx context.Context, req *route.Request, rt *routing)
 		h.Kick()
 		left := req.AdmitBy.Sub(now)
 		if left <= 0 {
-			return nil, 0, time.Time{}, n.keyRateRefusal(req, spent, wait)
+			return nil, 0, time.Time{}, n.keyRateRefusal(req, spent, wait, h.Pending(spent, tokens, now))
 		}
 		if !waiting {
 			waiting = true
@@ -97,8 +97,10 @@ func (n *Node) takeKeyRate(ctx context.Context, req *route.Request, rt *routing)
 }
 
 // keyRateRefusal is the 429 of a request whose key's or tenant's share
-// (spent) stayed spent for limits.admission_wait.
-func (n *Node) keyRateRefusal(req *route.Request, spent string, wait time.Duration) error {
+// (spent) stayed spent for limits.admission_wait; or, pending, the 503
+// admission_timeout of one whose share the ledger had not granted in
+// that time (the mesh's slowness, not the limit).
+func (n *Node) keyRateRefusal(req *route.Request, spent string, wait time.Duration, pending bool) error {
 	rpm, tpm := n.keyRates().Capacity(spent)
 	limit := fmt.Sprintf("%d requests a minute", rpm)
 	if rpm == 0 {
@@ -110,6 +112,10 @@ func (n *Node) keyRateRefusal(req *route.Request, spent string, wait time.Durati
 	label, shown := n.keyLabel(req)
 	if spent != consensus.TenantRate(req.Tenant) {
 		who, reason = fmt.Sprintf("key %s of tenant %s", shown, req.Tenant), "key_rate_limited"
+	}
+	if pending {
+		return &route.RetryAfterError{After: max(wait, time.Second), Lease: true,
+			Msg: fmt.Sprintf("the mesh has not granted this node a share of %s's limit of %s in time", who, limit)}
 	}
 	n.gov.Refused(req.Tenant, label, reason)
 	return &route.RetryAfterError{After: max(wait, time.Second),

@@ -70,7 +70,7 @@ func TestBudgetHoldsAcrossThreeNodes(t *testing.T) {
 					case 402:
 						refused.Add(1)
 						streak++
-					case 429: // escrow being topped up: retry
+					case 503: // escrow not gathered in time (admission_timeout): retry
 						time.Sleep(10 * time.Millisecond) // a client's back-off before its retry
 					default:
 						t.Errorf("node %d: %d", i, resp.StatusCode)

@@ -24,6 +24,8 @@ type Refusal struct {
 	Err   error
 	// Wait is, for StageQuota, how long until the share may allow it.
 	Wait time.Duration
+	// Lease is, for StageQuota, a share not granted yet rather than used.
+	Lease bool
 	// Waited is how long the budget stage waited for escrow first.
 	Waited time.Duration
 }
@@ -134,7 +136,9 @@ func (e *Executor) admit(ctx context.Context, req *Request, t *Target, tk *Ticke
 			take = st.TakeSpilled
 		}
 		if ok, wait := take(t.Provider(), t.Tokens, now); !ok {
-			return refuse(StageQuota, fmt.Errorf("%w: %s's rate share is spent", ErrRateLimited, t.Provider()), wait)
+			rf := refuse(StageQuota, fmt.Errorf("%w: %s's rate share is spent", ErrRateLimited, t.Provider()), wait)
+			rf.Lease = pendingShare(e.quota, t.Provider(), t.Tokens, now)
+			return rf
 		}
 		tk.quota = true
 	}

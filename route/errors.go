@@ -15,12 +15,17 @@ var (
 	ErrNoCompliantProvider = errors.New("no provider compliant with the request's residency")
 	ErrNoProvider          = errors.New("no provider available")
 	ErrRateLimited         = errors.New("rate limited")
-	ErrBudgetExceeded      = errors.New("budget exceeded")
-	ErrUpstream            = errors.New("upstream error")
+	// ErrAdmissionTimeout is a request that waited limits.admission_wait
+	// for what the mesh itself had not yet granted (budget escrow being
+	// gathered, a rate share not yet renewed): not a limit anyone
+	// configured, so not a 429.
+	ErrAdmissionTimeout = errors.New("admission timed out")
+	ErrBudgetExceeded   = errors.New("budget exceeded")
+	ErrUpstream         = errors.New("upstream error")
 )
 
-// RetryAfterError is ErrRateLimited with the time after which a retry may
-// succeed.
+// RetryAfterError is ErrRateLimited, or with Lease ErrAdmissionTimeout,
+// with the time after which a retry may succeed.
 type RetryAfterError struct {
 	After time.Duration
 	Msg   string
@@ -29,13 +34,24 @@ type RetryAfterError struct {
 	// wait for it (within limits.admission_wait) instead of being
 	// refused.
 	Transient bool
+	// Lease means what was missing is the mesh's own lease mechanics,
+	// not a configured limit: escrow not yet gathered, a rate share not
+	// yet granted or renewed, the node giving its escrow back. The
+	// error matches ErrAdmissionTimeout instead of ErrRateLimited, and
+	// node/ answers it 503 admission_timeout.
+	Lease bool
 }
 
 func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("%s (retry after %s)", e.Msg, e.After.Round(time.Millisecond))
 }
 
-func (e *RetryAfterError) Unwrap() error { return ErrRateLimited }
+func (e *RetryAfterError) Unwrap() error {
+	if e.Lease {
+		return ErrAdmissionTimeout
+	}
+	return ErrRateLimited
+}
 
 // UpstreamReply is an answer from a provider that the client must see as it
 // is: the request itself was refused (400, 413, 422), so trying another

@@ -322,8 +322,11 @@ type run struct {
 	lastErr    error
 	rateWait   time.Duration // the shortest wait a rate limit named
 	farLimited bool          // a node forwarded to answered 429
-	attempts   int
-	fb         fallbackState
+	// leaseWait: a rate share was not granted in time, here or at a
+	// node forwarded to (503 admission_timeout there).
+	leaseWait bool
+	attempts  int
+	fb        fallbackState
 	// charged is what the attempts that did not answer settled, in
 	// nano-dollars: one a provider accepted and broke off is charged its
 	// upper bound, and the answer tells it with its own (toldCost).
@@ -403,6 +406,7 @@ func (c *call) refused(rf *Refusal) {
 		c.lastErr = rf.Err
 	case StageQuota:
 		c.rateWait = minPositive(c.rateWait, rf.Wait)
+		c.leaseWait = c.leaseWait || rf.Lease
 	}
 	// Health and replica: ejected or cooled down since planning.
 }
@@ -450,7 +454,11 @@ func (r *run) verdict() error {
 		return r.fb.reply
 	case r.lastErr == nil && r.rateWait > 0,
 		r.attempts > 0 && allRateLimited(r.res.Attempts):
-		return &RetryAfterError{After: max(r.rateWait, time.Second), Msg: "every provider tried is rate limited", Transient: !r.farLimited}
+		msg := "every provider tried is rate limited"
+		if r.leaseWait {
+			msg = "the mesh has not granted a rate share of the providers tried in time"
+		}
+		return &RetryAfterError{After: max(r.rateWait, time.Second), Msg: msg, Transient: !r.farLimited, Lease: r.leaseWait}
 	case r.lastErr == nil:
 		return fmt.Errorf("%w: every provider became unavailable while the request was planned", ErrNoProvider)
 	case errors.Is(r.lastErr, ErrUpstream):

@@ -159,6 +159,14 @@ func (c *call) forward() *attemptResult {
 		a.retryAfter = retryAfter(f.Header, e.now())
 		return c.fail(OutcomeRateLimited, "via %s: 429 %s", t.Via, f.Code)
 	}
+	if f.Code == "admission_timeout" {
+		// The far node waited for its own escrow or share, as long as
+		// the request may: like its 429, its answer, and the mesh's
+		// slowness rather than a limit.
+		a.retryAfter = retryAfter(f.Header, e.now())
+		c.leaseWait = true
+		return c.fail(OutcomeRateLimited, "via %s: %d %s", t.Via, f.Status, f.Code)
+	}
 	switch f.Code {
 	case "no_compliant_provider":
 		a.unavailable = fmt.Errorf("%w: node %s has no provider it may send the request to", ErrNoCompliantProvider, t.Via)

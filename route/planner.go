@@ -3,7 +3,6 @@ package route
 import (
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/region"
@@ -131,6 +130,9 @@ type Skip struct {
 	// RetryIn is how long until the reason may lapse by itself (a
 	// cooldown or rate window); zero when it will not.
 	RetryIn time.Duration
+	// Lease means the reason is a rate share not yet granted (or not
+	// renewed), not the share's use: the mesh's lease mechanics.
+	Lease bool
 }
 
 // Plan is the ordered list of targets for one request, with what was left
@@ -439,7 +441,7 @@ func (p *Planner) planOffers(req *Request, plan *Plan, offers []*Offer, sticky s
 			}
 			if ok, wait := allow(pv.Name, t.Tokens, now); !ok {
 				if !p.spill(req, t, plan) {
-					plan.skip(pv.Name, "over this node's rate share", false, wait)
+					plan.skipQuota(p.Quota, pv.Name, t.Tokens, wait, now)
 				}
 				continue
 			}
@@ -549,16 +551,6 @@ func (plan *Plan) skip(provider, reason string, residency bool, retry time.Durat
 	plan.Skipped = append(plan.Skipped, Skip{Provider: provider, Reason: reason, Residency: residency, RetryIn: retry})
 }
 
-func (plan *Plan) residencySkips() int {
-	n := 0
-	for _, s := range plan.Skipped {
-		if s.Residency {
-			n++
-		}
-	}
-	return n
-}
-
 // byPolicy sorts targets in place by a policy, comparing them where they
 // lie rather than copies, which would escape through the interface.
 type byPolicy struct {
@@ -570,30 +562,3 @@ type byPolicy struct {
 func (s byPolicy) Len() int           { return len(s.ts) }
 func (s byPolicy) Less(i, j int) bool { return s.policy.Less(s.req, &s.ts[i], &s.ts[j]) }
 func (s byPolicy) Swap(i, j int)      { s.ts[i], s.ts[j] = s.ts[j], s.ts[i] }
-
-// unavailable explains why no target is left: a retry-after error when
-// every skip lapses by itself; no_compliant_provider when providers were
-// left out for residency (the request is not sent to them even though
-// they might answer); ErrNoProvider otherwise.
-func (plan *Plan) unavailable(req *Request) error {
-	var wait time.Duration
-	var reasons []string
-	for _, s := range plan.Skipped {
-		reasons = append(reasons, s.Provider+": "+s.Reason)
-		if s.Residency {
-			continue
-		}
-		if s.RetryIn <= 0 {
-			wait = -1
-		} else if wait >= 0 && (wait == 0 || s.RetryIn < wait) {
-			wait = s.RetryIn
-		}
-	}
-	if wait > 0 {
-		return &RetryAfterError{After: wait, Msg: "every provider of the model is rate limited (" + strings.Join(reasons, "; ") + ")", Transient: true}
-	}
-	if plan.residencySkips() > 0 {
-		return fmt.Errorf("%w: no provider allowed for residency %s is available (%s)", ErrNoCompliantProvider, req.Residency, strings.Join(reasons, "; "))
-	}
-	return fmt.Errorf("%w: %s", ErrNoProvider, strings.Join(reasons, "; "))
-}

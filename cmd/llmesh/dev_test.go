@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,9 +13,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/sim/harness"
+	"github.com/llmesh/llmesh/sim/harness/wait"
 )
 
 // devAgent is an `llmesh agent -dev` the test started with TMPDIR set.
@@ -212,4 +218,63 @@ func stopDemo(t *testing.T, cmd *exec.Cmd, out *bufio.Reader, stderr *bytes.Buff
 	if e := stderr.String(); strings.Contains(e, "level=WARN") || strings.Contains(e, "level=ERROR") {
 		t.Errorf("the demo logged warnings or errors:\n%s", e)
 	}
+}
+
+// A fresh dev agent answers requests sent while it starts (its one-voter
+// ledger not yet elected, its escrow and shares not yet granted) 200, or
+// 503 admission_timeout once one waited limits.admission_wait: the
+// mesh's own slowness is never a 429, which says a configured limit was
+// reached.
+func TestAgentDevFreshNeverAnswers429(t *testing.T) {
+	tmp, addr := t.TempDir(), loopbackAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	const key = "sk-llmesh-dev-0123456789abcdef0123456789abcdef"
+	if err := harness.WriteDevKey(filepath.Join(tmp, "llmesh-dev-"+port+".key"), key); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	codes := map[string]int{}
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	for range 4 {
+		clients.Go(func() {
+			client := &http.Client{Timeout: 10 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
+					strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"Hello"}]}`))
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := client.Do(req)
+				if err != nil { // not listening yet
+					time.Sleep(5 * time.Millisecond) // a client's pause before it tries again
+					continue
+				}
+				var doc struct{ Error struct{ Code string } }
+				_ = json.NewDecoder(resp.Body).Decode(&doc)
+				resp.Body.Close()
+				mu.Lock()
+				codes[fmt.Sprintf("%d %s", resp.StatusCode, doc.Error.Code)]++
+				mu.Unlock()
+			}
+		})
+	}
+	a := startDevAgent(t, tmp, addr)
+	wait.Every(20*time.Millisecond).For(t, 30*time.Second, "20 answers 200", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return codes["200 "] >= 20
+	})
+	close(stop)
+	clients.Wait()
+	t.Logf("answers while the dev agent started: %v", codes)
+	for c, n := range codes {
+		if c != "200 " && c != "503 admission_timeout" {
+			t.Errorf("%d requests answered %s", n, c)
+		}
+	}
+	a.stop(t)
 }

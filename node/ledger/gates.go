@@ -49,14 +49,15 @@ func (c chargeRecorder) Charged(ch route.Charge) {
 
 // RouteError maps the budget holder's errors to route's, keeping their
 // messages: a *consensus.RetryAfterError becomes a *route.RetryAfterError
-// (so it matches route.ErrRateLimited), and an error matching
+// with Lease set (escrow not gathered in time is the mesh's own
+// slowness: it matches route.ErrAdmissionTimeout), and an error matching
 // consensus.ErrBudgetExceeded matches route.ErrBudgetExceeded as well.
 // Anything else passes unchanged.
 func RouteError(err error) error {
 	var ra *consensus.RetryAfterError
 	switch {
 	case errors.As(err, &ra):
-		return &route.RetryAfterError{After: ra.After, Msg: ra.Msg, Transient: ra.Transient}
+		return &route.RetryAfterError{After: ra.After, Msg: ra.Msg, Transient: ra.Transient, Lease: true}
 	case errors.Is(err, consensus.ErrBudgetExceeded):
 		return budgetExceeded{err}
 	}

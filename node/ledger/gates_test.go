@@ -11,8 +11,9 @@ import (
 )
 
 // The budget holder's errors become route's, keeping their messages and
-// causes: node answers them as it did before consensus had its own
-// (node's TestBudgetGateErrorsMapToRoute checks the status and code).
+// causes; escrow not gathered in time is the mesh's slowness, never a
+// rate limit (node's TestBudgetGateErrorsMapToRoute checks the status
+// and code).
 func TestBudgetGateErrorsMapToRoute(t *testing.T) {
 	exceeded := fmt.Errorf("%w: tenant acme has $0.01 left of its budget for 2026-12, and the request may cost up to $0.02", consensus.ErrBudgetExceeded)
 	wait := &consensus.RetryAfterError{After: time.Second, Msg: "this node is giving its budget escrow back"}
@@ -36,8 +37,9 @@ func TestBudgetGateErrorsMapToRoute(t *testing.T) {
 			errors.Is(got, route.ErrBudgetExceeded), errors.Is(got, consensus.ErrBudgetExceeded))
 	}
 	var ra *route.RetryAfterError
-	if got := RouteError(wait); !errors.As(got, &ra) || ra.After != time.Second || !errors.Is(got, route.ErrRateLimited) {
-		t.Errorf("%v is not a route.RetryAfterError of 1s", got)
+	if got := RouteError(wait); !errors.As(got, &ra) || ra.After != time.Second || !ra.Lease ||
+		!errors.Is(got, route.ErrAdmissionTimeout) || errors.Is(got, route.ErrRateLimited) {
+		t.Errorf("%v is not a route.RetryAfterError of 1s for want of a lease (admission timed out, not rate limited)", got)
 	}
 	other := errors.New("ledger unreachable")
 	if got := RouteError(other); got != other {

@@ -15,7 +15,7 @@ func Table(w io.Writer, s *Scenario, rs []Result) {
 	fmt.Fprintf(w, "%s: %s of virtual time, %d regions, %d providers, seed %d\n\n", s.Name, s.Duration, len(s.Regions), len(s.Providers), s.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	engines := slices.ContainsFunc(s.Providers, func(p ProviderSpec) bool { return p.Engine != nil })
-	header := "policy\trequests\tok\tfailed\t402\t429 escrow\t429 upstream\tfailovers\tcost\tsaved vs RR\tp50\tp99\tTTFT p50\tTTFT p99\taffinity\t"
+	header := "policy\trequests\tok\tfailed\t402\t503 escrow\t429 upstream\tfailovers\tcost\tsaved vs RR\tp50\tp99\tTTFT p50\tTTFT p99\taffinity\t"
 	if engines {
 		header += "prefix hits\t"
 	}
