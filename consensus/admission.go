@@ -143,6 +143,9 @@ func (h *BudgetHolder) queuedAheadLocked(tenant string, prio int) bool {
 // or neither (wait for a top-up).
 func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*Hold, error) {
 	l := h.leases[tenant]
+	if l != nil && l.stale {
+		return nil, nil // the budget changed: wait for the ledger's view of it
+	}
 	if l != nil && !h.closing && now.Before(l.expires) && l.free() >= upper {
 		l.inflight += upper
 		l.largest = max(l.largest, upper)

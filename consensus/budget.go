@@ -66,6 +66,9 @@ type BudgetHolder struct {
 	shortRetry bool // a waiter went unserved by the last sync: retry soon
 	// spend is the node's charges, reported with each sync; nil: none.
 	spend *SpendTally
+	// revs are the accounts' budget revisions as the node last read the
+	// ledger's tenants (SetRevs); nil: not read.
+	revs map[string]int64
 }
 
 type localLease struct {
@@ -84,7 +87,16 @@ type localLease struct {
 	exactUntil time.Time
 	// current: the ledger said these are the books of the tenant's
 	// current period.
-	current   bool
+	current bool
+	// rev is the budget's revision the ledger last said the lease is
+	// under. stale means the budget changed since (a newer revision
+	// read, or the lease's books carried): nothing more is reserved
+	// from the lease, which gives back what is not reserved at the next
+	// sync; before is what it had spent when the node learned so.
+	rev       int64
+	stale     bool
+	before    Nanos
+	carried   bool      // the ledger recalled it: given back once settled
 	lastUse   time.Time // the last reservation on this lease, or its grant
 	largest   Nanos     // largest reservation seen, to size top-ups
 	peak      Nanos     // most reserved at once since the last sync

@@ -32,18 +32,25 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		// A lease is given back only once nothing is reserved on it: a
 		// reservation under way settles into it and must be reported.
 		done := retiring && l.inflight == 0
-		var cp *Nanos
-		if !retiring && h.givesBackLocked(l, now) {
-			// Exact mode: keep what is reserved, give the rest back (the
-			// wants below ask for exactly what waiting requests need).
-			// Nothing more is reserved from what is given back: the
-			// lease here shrinks now.
+		var cp, before *Nanos
+		if l.stale || l.carried {
+			// The budget changed: what was spent when the node learned
+			// of it stays in the old books, should they no longer count.
+			b := l.before
+			before = &b
+		}
+		if !retiring && (h.givesBackLocked(l, now) || l.stale) || retiring && !done && l.free() > 0 {
+			// Exact mode, a budget changed, or a lease retired that waits
+			// for its reservations to settle: keep what is reserved, give
+			// the rest back (the wants below ask for exactly what waiting
+			// requests need). Nothing more is reserved from what is given
+			// back: the lease here shrinks now.
 			keep := l.spent + l.inflight
 			l.granted = keep
 			cp = &keep
 		}
 		if l.spent != l.reported || done || cp != nil {
-			c.Usage = append(c.Usage, UsageItem{Tenant: l.tenant, Period: l.period, Spent: l.spent, Release: done, Cap: cp})
+			c.Usage = append(c.Usage, UsageItem{Tenant: l.tenant, Period: l.period, Spent: l.spent, Release: done, Cap: cp, Before: before})
 			quiet = false
 		}
 		if !retiring && l.expires.Sub(now) < h.ttl/2 {
@@ -139,7 +146,7 @@ func (h *BudgetHolder) quietLocked(now time.Time) bool {
 		return false
 	}
 	for _, l := range h.leases {
-		if l.spent != l.reported || l.expires.Sub(now) < h.ttl/2 || h.givesBackLocked(l, now) {
+		if l.spent != l.reported || l.expires.Sub(now) < h.ttl/2 || h.givesBackLocked(l, now) || l.stale {
 			return false
 		}
 	}
@@ -188,6 +195,11 @@ func (h *BudgetHolder) wantLocked(tenant string, now time.Time) Nanos {
 	}
 	if !now.Before(l.expires) {
 		return max(need, minEscrow) // re-granted escrow on renewal
+	}
+	if l.stale {
+		// Escrow afresh under the budget as it is now (what the lease
+		// holds free goes back in the same sync).
+		return max(need*2, 2*l.peak+Nanos(l.rate*escrowHorizon.Seconds()), 4*l.largest, minEscrow)
 	}
 	if l.exact(now) {
 		// Near the limit: exactly what waiting requests need (what the
@@ -291,13 +303,14 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 	for _, w := range h.waiting {
 		h.need[w.tenant] += w.upper
 	}
+	h.forgetReleasedLocked(sent)
 	live := map[*localLease]bool{}
 	for _, lv := range r.Leases {
 		l := h.find(lv.Tenant, lv.Period)
 		switch cur := h.leases[lv.Tenant]; {
 		case l == nil:
-			l = &localLease{tenant: lv.Tenant, period: lv.Period, end: lv.End, rateAt: now, lastUse: now}
-			if cur == nil || lv.Current || (lv.End >= cur.end && !cur.current) {
+			l = &localLease{tenant: lv.Tenant, period: lv.Period, end: lv.End, rateAt: now, lastUse: now, rev: lv.Rev}
+			if !lv.Carried && (cur == nil || lv.Current || (lv.End >= cur.end && !cur.current)) {
 				if cur != nil {
 					h.retired = append(h.retired, cur)
 				}
@@ -315,6 +328,7 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 			h.leases[lv.Tenant] = l
 		}
 		l.current = lv.Current
+		h.revisedLocked(l, lv, sent)
 		live[l] = true
 		if !h.isRetired(l) {
 			delete(h.parked, lv.Tenant)
@@ -345,6 +359,85 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 		}
 	}
 	h.retired = kept
+}
+
+// forgetReleasedLocked drops the retired leases this sync gave back with
+// nothing reserved on them: they are gone from the ledger even when their
+// last spend came with the release (and so was never acknowledged as a
+// lease's). Kept, one would be taken for a new lease of the same books
+// granted since, and its spend counted again.
+func (h *BudgetHolder) forgetReleasedLocked(sent SyncCmd) {
+	released := map[[2]string]Nanos{}
+	for _, u := range sent.Usage {
+		if u.Release {
+			released[[2]string{u.Tenant, u.Period}] = u.Spent
+		}
+	}
+	if len(released) == 0 {
+		return
+	}
+	h.retired = slices.DeleteFunc(h.retired, func(l *localLease) bool {
+		spent, ok := released[[2]string{l.tenant, l.period}]
+		return ok && l.inflight == 0 && l.spent == spent
+	})
+}
+
+// revisedLocked takes what lv says of l's budget: a lease recalled
+// (carried) is retired, to be given back once what is reserved on it
+// settles; a revision newer than the lease's makes it stale, unless this
+// sync gave back what it held free (then the grant it brings is the new
+// budget's).
+func (h *BudgetHolder) revisedLocked(l *localLease, lv LeaseView, sent SyncCmd) {
+	capped := false
+	for _, u := range sent.Usage {
+		if u.Tenant == lv.Tenant && u.Period == lv.Period && u.Cap != nil {
+			capped = true
+		}
+	}
+	switch {
+	case lv.Carried:
+		if !l.carried && !l.stale {
+			l.before = l.spent
+		}
+		l.carried, l.stale = true, false
+		if h.leases[l.tenant] == l {
+			delete(h.leases, l.tenant)
+			h.retired = append(h.retired, l)
+		}
+	case lv.Rev != l.rev && !capped:
+		if !l.stale {
+			l.stale, l.before = true, l.spent
+		}
+		h.kickLocked()
+	case l.stale && capped && lv.Rev >= h.revs[l.tenant]:
+		l.stale = false
+	}
+	if !lv.Carried {
+		l.carried = false // (in force again: the period changed back)
+	}
+	l.rev = lv.Rev
+}
+
+// SetRevs tells the holder the accounts' budget revisions as the node
+// read them from the ledger (an account absent has no budget): a lease
+// under an older revision reserves nothing more, gives back what it
+// holds free and asks afresh at a sync made at once.
+func (h *BudgetHolder) SetRevs(revs map[string]int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.revs = revs
+	for _, l := range append(h.leaseList(), h.retired...) {
+		if l.stale || l.carried || l.rev == 0 && revs[l.tenant] == 0 {
+			continue // (a ledger that keeps no revisions gives none)
+		}
+		// A voter's read may lag the leader's answers: only a newer
+		// revision, or none at all, is news. (A retired lease reserves
+		// nothing, but it too says what it spent before.)
+		if r, ok := revs[l.tenant]; ok && r > l.rev || !ok {
+			l.stale, l.before = true, l.spent
+			h.kickLocked()
+		}
+	}
 }
 
 func (h *BudgetHolder) find(tenant, period string) *localLease {

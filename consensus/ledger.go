@@ -70,6 +70,15 @@ type Tenant struct {
 type Budget struct {
 	Limit  Nanos  `json:"limit"`
 	Period string `json:"period"` // day | month | total
+	// Rev is the ledger's revision of the account's budget, set when it
+	// last changed (any given in a command is ignored): escrow a node
+	// holds under an older revision is spent no more (budgetchange.go).
+	Rev int64 `json:"rev,omitempty"`
+}
+
+// sameLimit reports whether a and b limit alike (their revisions aside).
+func sameLimit(a, b *Budget) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Limit == b.Limit && a.Period == b.Period)
 }
 
 // RateCapacity is a provider's mesh-wide rate limits; 0 means none.
@@ -96,11 +105,23 @@ type Books struct {
 	// grant (Unix ns): someone is waiting, and nodes holding idle escrow
 	// are asked to give it back (LeaseView.Recall).
 	ShortAt int64 `json:"short_at,omitempty"`
+	// Carry, set when the account's budget changed away from these books
+	// (another period, or none), names the books in force since ("-":
+	// none). Their leases are recalled: what they spend from then on,
+	// and the escrow they still hold, count there (budgetchange.go).
+	Carry string `json:"carry,omitempty"`
+	// Over means an operator lowered the limit below what was settled and
+	// held: nothing is granted until it fits again.
+	Over bool `json:"over,omitempty"`
 
 	// reserved is the sum of the leases' Reserved, kept as they change
-	// (setLease, dropLease) so that a sync need not add up every node's
-	// lease; Restore recomputes it.
+	// (change, dropLease) so that a sync need not add up every node's
+	// lease; Restore recomputes it. inbound is the same sum over the
+	// leases of books carried into these, and carryTo the books Carry
+	// names (nil for none).
 	reserved Nanos
+	inbound  Nanos
+	carryTo  *Books
 }
 
 // Lease is escrow granted to one node for one tenant and period.
@@ -119,20 +140,28 @@ func (l *Lease) Reserved() Nanos { return max(l.Granted-l.Spent, 0) }
 func (b *Books) Reserved() Nanos { return b.reserved }
 
 // change applies f to le, a lease of b, keeping b's sum of reserved
-// escrow.
+// escrow (and that of the books b carries into).
 func (b *Books) change(le *Lease, f func(*Lease)) {
-	b.reserved -= le.Reserved()
+	d := -le.Reserved()
 	f(le)
-	b.reserved += le.Reserved()
+	d += le.Reserved()
+	b.reserved += d
+	if b.carryTo != nil {
+		b.carryTo.inbound += d
+	}
 }
 
 // dropLease removes node's lease from b.
 func (b *Books) dropLease(node string) {
 	if le := b.Leases[node]; le != nil {
-		b.reserved -= le.Reserved()
+		b.change(le, func(le *Lease) { le.Granted = le.Spent })
 		delete(b.Leases, node)
 	}
 }
+
+// free is what b could still grant: its limit less what was settled and
+// what is held, its own leases' and those carried into it.
+func (b *Books) free() Nanos { return b.Limit - b.Settled - b.reserved - b.inbound }
 
 func (b *Books) sumReserved() Nanos {
 	var r Nanos
@@ -158,12 +187,14 @@ type applied struct {
 
 // state is everything the ledger holds; it is the snapshot.
 type state struct {
-	Tenants map[string]*Tenant       `json:"tenants"`
-	Rates   map[string]*RateCapacity `json:"rates"`
-	Books   map[string]*Books        `json:"books"` // by tenant + "/" + period
-	Nodes   map[string]*nodeSeq      `json:"nodes"`
-	Applied []applied                `json:"applied"` // oldest first
-	Time    int64                    `json:"time"`    // of the last command
+	// BudgetRev is the last revision given to a budget (Budget.Rev).
+	BudgetRev int64                    `json:"budget_rev,omitempty"`
+	Tenants   map[string]*Tenant       `json:"tenants"`
+	Rates     map[string]*RateCapacity `json:"rates"`
+	Books     map[string]*Books        `json:"books"` // by tenant + "/" + period
+	Nodes     map[string]*nodeSeq      `json:"nodes"`
+	Applied   []applied                `json:"applied"` // oldest first
+	Time      int64                    `json:"time"`    // of the last command
 	// RatesUntil is when rate shares granted by a leader so far may have
 	// stopped mattering (their lease and window over): a new leader that
 	// finds it in the future must learn what nodes hold before granting.
@@ -210,7 +241,12 @@ func (l *Ledger) reset(s state) {
 		if b.Leases == nil {
 			b.Leases = map[string]*Lease{}
 		}
-		b.reserved = b.sumReserved()
+		b.reserved, b.inbound, b.carryTo = b.sumReserved(), 0, nil
+	}
+	for _, b := range s.Books {
+		if b.carryTo = s.Books[b.Carry]; b.carryTo != nil {
+			b.carryTo.inbound += b.reserved
+		}
 	}
 	l.s = s
 	l.applied = make(map[string]bool, len(s.Applied))
@@ -274,7 +310,21 @@ func (l *Ledger) prune(now int64) {
 
 func fail(err error) Result { return Result{Err: err.Error()} }
 
+// apply applies cmd; a command that may change budgets (a tenant's or a
+// key's) has each change applied to the books (budgetChanged).
 func (l *Ledger) apply(cmd Command) Result {
+	if !changesBudgets(cmd.Type) {
+		return l.applyCmd(cmd)
+	}
+	before := l.budgetIndex()
+	r := l.applyCmd(cmd)
+	if r.Err == "" {
+		l.budgetsChanged(before, cmd.Time)
+	}
+	return r
+}
+
+func (l *Ledger) applyCmd(cmd Command) Result {
 	switch cmd.Type {
 	case CmdSeedTenant, CmdPutTenant:
 		var t Tenant
@@ -292,7 +342,6 @@ func (l *Ledger) apply(cmd Command) Result {
 			return fail(err)
 		}
 		l.s.Tenants[t.Name] = &t
-		l.updateLimits(t.Name, cmd.Time)
 	case CmdAddKey:
 		return l.addKey(cmd)
 	case CmdSetKey, CmdSetTenantLimits, CmdSeedKeys:
@@ -315,7 +364,6 @@ func (l *Ledger) apply(cmd Command) Result {
 			return fail(fmt.Errorf("%w: budget", ErrInvalid))
 		}
 		t.Budget = c.Budget
-		l.updateLimits(c.Tenant, cmd.Time)
 	case CmdSeedRate, CmdPutRate:
 		var r RateCapacity
 		if err := json.Unmarshal(cmd.Body, &r); err != nil || r.Provider == "" || r.RPM < 0 || r.TPM < 0 {
@@ -371,14 +419,6 @@ func (l *Ledger) apply(cmd Command) Result {
 
 func validPeriod(p string) bool { return p == PeriodDay || p == PeriodMonth || p == PeriodTotal }
 
-// updateLimits applies an account's budget (a tenant's or a key's) to
-// its current period's books.
-func (l *Ledger) updateLimits(account string, now int64) {
-	if bud := l.budgetOf(account); bud != nil {
-		l.books(account, bud, now).Limit = bud.Limit
-	}
-}
-
 // books returns the account's books for the period of its budget bud
 // containing now, opening them if needed.
 func (l *Ledger) books(account string, bud *Budget, now int64) *Books {
@@ -400,8 +440,10 @@ func (l *Ledger) forfeit(node string, match func(*Lease) bool) {
 		b := l.s.Books[k]
 		if le := b.Leases[node]; le != nil && match(le) {
 			r := le.Reserved()
-			b.Settled += r
-			b.Forfeited += r
+			if dst := b.settleTo(); dst != nil { // the books in force, for carried escrow
+				dst.Settled += r
+				dst.Forfeited += r
+			}
 			b.dropLease(node)
 		}
 	}
@@ -423,7 +465,7 @@ const booksRetention = int64(32 * 24 * time.Hour)
 // close drops the books of periods that ended long ago and hold no escrow.
 func (l *Ledger) close(now int64) {
 	for k, b := range l.s.Books { // the same books go, in any order
-		if b.End <= now-booksRetention && len(b.Leases) == 0 {
+		if b.End <= now-booksRetention && len(b.Leases) == 0 && b.inbound == 0 {
 			delete(l.s.Books, k)
 		}
 	}
@@ -437,7 +479,16 @@ func (l *Ledger) Check() error {
 		if r := b.sumReserved(); r != b.reserved {
 			return fmt.Errorf("books %s: the kept sum of reserved escrow %v is not the leases' %v", k, b.reserved, r)
 		}
-		if s, r := b.Settled, b.Reserved(); s+r > b.Limit {
+		var in Nanos
+		for _, src := range l.s.Books {
+			if src.Carry == k {
+				in += src.sumReserved()
+			}
+		}
+		if in != b.inbound || (b.Carry != "" && b.Carry != "-") != (b.carryTo != nil) {
+			return fmt.Errorf("books %s: the kept sum of escrow carried in %v is not the carried leases' %v", k, b.inbound, in)
+		}
+		if s, r := b.Settled, b.Reserved()+b.inbound; s+r > b.Limit && !b.Over {
 			return fmt.Errorf("books %s: settled %v + reserved %v exceed the limit %v", k, s, r, b.Limit)
 		}
 	}

@@ -12,21 +12,32 @@ import (
 // contains now.
 func (l *Ledger) current(b *Books, now int64) bool {
 	bud := l.budgetOf(b.Tenant)
-	if bud == nil {
+	if bud == nil || b.Carry != "" {
 		return false
 	}
 	p, _ := periodOf(now, bud.Period)
 	return p == b.Period
 }
 
-// headroom is what node could still spend of the period were every
+// headroom is what node could still spend of b's period were every
 // other live node to give its escrow back: the limit, less what was
-// settled, less what other nodes hold in leases that expired.
-func (b *Books) headroom(node string, now int64) Nanos {
+// settled, less what other nodes hold in leases that expired (b's own,
+// and those of books carried into b).
+func (l *Ledger) headroom(b *Books, node string, now int64) Nanos {
 	h := b.Limit - b.Settled
-	for name, le := range b.Leases {
-		if name != node && le.Expires < now {
-			h -= le.Reserved()
+	expired := func(b *Books) {
+		for name, le := range b.Leases {
+			if name != node && le.Expires < now {
+				h -= le.Reserved()
+			}
+		}
+	}
+	expired(b)
+	if b.inbound > 0 {
+		for _, src := range l.s.Books {
+			if src.carryTo == b {
+				expired(src)
+			}
 		}
 	}
 	return max(h, 0)
@@ -72,6 +83,11 @@ type UsageItem struct {
 	// granted over its life (never less than it spent). It is absolute,
 	// so a report applied twice gives back nothing more.
 	Cap *Nanos `json:"cap,omitempty"`
+	// Before, when set, is what the lease had spent when the node learned
+	// that its budget changed: of a lease whose books no longer count
+	// (LeaseView.Carried), that much stays in them, and only the rest is
+	// settled in the books in force. Unset, all of what it reports is.
+	Before *Nanos `json:"before,omitempty"`
 }
 
 // WantItem asks for more escrow for a tenant's current period.
@@ -128,6 +144,15 @@ type LeaseView struct {
 	// ledger is in (its budget's period may have changed, from a month to
 	// a day say: then a lease of later end is not the current one).
 	Current bool `json:"current,omitempty"`
+	// Carried means the account's budget changed away from these books
+	// (another period, or none): the lease is recalled. The node spends
+	// nothing more from it and gives it back once what is reserved on
+	// it has settled; what it spends meanwhile counts in the books in
+	// force.
+	Carried bool `json:"carried,omitempty"`
+	// Rev is the revision of the account's budget now (Budget.Rev; 0 for
+	// none): escrow granted under an older one is not spent.
+	Rev int64 `json:"rev,omitempty"`
 }
 
 // RecallWindow is how long after a node was short of escrow the other
@@ -180,13 +205,7 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 		if le == nil || le.Epoch != c.Epoch {
 			continue // released, forfeited, or another life's
 		}
-		if d := u.Spent - le.Spent; d > 0 {
-			if over := u.Spent - max(le.Granted, le.Spent); over > 0 {
-				b.Overspend += over
-			}
-			b.change(le, func(le *Lease) { le.Spent = u.Spent })
-			b.Settled += d
-		}
+		b.settle(le, u.Spent, u.Before)
 		if u.Cap != nil && *u.Cap < le.Granted {
 			b.change(le, func(le *Lease) { le.Granted = max(*u.Cap, le.Spent) })
 		}
@@ -206,7 +225,8 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			le = &Lease{Node: c.Node, Epoch: c.Epoch}
 			b.Leases[c.Node] = le
 		}
-		grant := min(w.Amount, b.Limit-b.Settled-b.Reserved())
+		b.Over = b.Over && b.free() < 0
+		grant := min(w.Amount, b.free())
 		if need := min(w.Need, w.Amount); grant < need {
 			// What a waiting request needs is granted whole or not at
 			// all: a part would only strand escrow where it cannot be
@@ -254,10 +274,15 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 	for _, k := range keys {
 		b := l.s.Books[k]
 		if le := b.Leases[node]; le != nil {
+			var rev int64
+			if bud := l.budgetOf(b.Tenant); bud != nil {
+				rev = bud.Rev
+			}
 			r.Leases = append(r.Leases, LeaseView{
 				Tenant: b.Tenant, Period: b.Period, End: b.End, Granted: le.Granted, Spent: le.Spent,
-				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.Limit-b.Settled-b.Reserved(), 0),
-				Headroom: b.headroom(node, now), Recall: b.recalling(now), Current: l.current(b, now),
+				Expires: le.Expires, ExpiresIn: max(le.Expires-now, 0), Remaining: max(b.free(), 0),
+				Headroom: l.headroom(b, node, now), Recall: b.recalling(now), Current: l.current(b, now),
+				Carried: b.Carry != "", Rev: rev,
 			})
 		}
 	}

@@ -246,15 +246,25 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 		// may not have been seeded yet): the set fails closed.
 		m := maps.Clone(l.configBudgeted)
 		pol := make(map[string]Policy, len(ts))
+		revs := map[string]int64{}
 		for _, t := range ts {
 			if t.Budget != nil {
 				m[t.Name] = true
+				revs[t.Name] = t.Budget.Rev
+			}
+			for _, k := range t.Keys {
+				if k.Budget != nil {
+					revs[consensus.KeyAccount(t.Name, k.ID())] = k.Budget.Rev
+				}
 			}
 			pol[t.Name] = Policy{Residency: region.Residency{Jurisdiction: region.Jurisdiction(t.Residency)}, Strict: t.StrictTransit}
 		}
 		gov := l.setGovernance(ts)
 		maps.Copy(m, gov.budgeted)
 		l.budgeted.Store(&m)
+		// A budget changed reaches the escrow here within a refresh: its
+		// leases under the old revision spend no more.
+		l.budgets.SetRevs(revs)
 		l.policies.Store(&pol)
 		l.setTenants(ts)
 	}
