@@ -107,7 +107,8 @@ type Node struct {
 	tracer     *tracing.Tracer // nil unless tracing.otlp_endpoint is set
 	audit      *audit.Log      // nil when audit.disabled
 	perTenant  sync.Map        // tenant name → *atomic.Int64: its requests in flight here
-	responses  responseStore   // the Responses answers this node relayed from providers
+	responses  responseStore   // the Responses answers this node relayed from providers, and copies of peers'
+	copies     *responseCopier // sends each response recorded here to a peer; nil when the node does not gossip
 	cache      *cache.Cache    // the exact-match response cache; nil unless cache.enabled
 	logPrompts bool
 	red        *route.Redactor // the node's secrets, out of its log and answers
@@ -181,6 +182,10 @@ func New(cfg *Config, opts Options) (*Node, error) {
 		return nil, err
 	}
 	n.buildRequestPath(catalog, health, quota, budget)
+	n.responses.maxBytes, n.responses.held = int(s.StoredResponsesBytes), n.metrics.StoredBytes
+	if n.forward != nil {
+		n.copies = newResponseCopier(copyQueueSize, n.sendCopy, n.metrics.StoredCopy)
+	}
 	n.probes = n.newProber()
 	n.srv = n.newHTTPServer()
 	return n, nil
@@ -248,6 +253,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.loops.Go(func() { n.probes.Run(n.stop) })
 	}
 	n.loops.Go(func() { n.engines.Run(n.stop) })
+	n.copies.start() // stopped after the requests that record responses
 	n.tracer.Start()
 	n.ready.Store(true)
 	n.log.Info("node started", "http", ln.Addr().String(), "region", n.s.Region,
@@ -309,7 +315,8 @@ func (n *Node) Name() string { return n.s.Name }
 //     the nearest healthy peer allowed to see it (clients still pointed
 //     at it see no error), then stops accepting;
 //  3. requests and streams in flight, and those peers forwarded here,
-//     run to completion until ctx ends, when the rest are cut;
+//     run to completion until ctx ends, when the rest are cut; the
+//     copies of the responses they recorded are sent to peers;
 //  4. spend is reported and budget escrow handed back (rate shares
 //     lapse: what was sent still counts in the provider's window);
 //  5. a voter that leads hands leadership to another voter;
@@ -343,6 +350,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.ready.Store(false)
 		n.loops.Wait()
 		n.stopRPC(ctx) // requests forwarded here finish and spend first
+		n.finishCopies(ctx)
 		if n.ledger != nil {
 			n.setPhase(phaseSettle)
 			n.ledger.Settle() // then report spend and give escrow back
@@ -404,6 +412,7 @@ func (n *Node) Kill() {
 			<-n.serveDone
 		}
 		n.loops.Wait()
+		n.copies.kill()
 		n.exec.Close()
 		if n.forward != nil {
 			n.forward.Close()

@@ -3,8 +3,9 @@ package node
 // The Responses API's stored responses. POST /v1/responses is served by
 // the one pipeline like every endpoint; what it adds is state: a response
 // lives at the provider that made it (or, bridged, at the node that
-// called the provider), so the node that relayed it keeps a record, and a
-// follow-up (previous_response_id), retrieve, delete or cancel entering
+// called the provider), so the node that relayed it keeps a record, and
+// one peer the tenant's residency allows keeps a copy (responsecopy.go);
+// a follow-up (previous_response_id), retrieve, delete or cancel entering
 // at any node is sent to what holds it — after its residency is checked
 // again, as any request's is.
 
@@ -24,43 +25,62 @@ import (
 	"github.com/llmesh/llmesh/route"
 )
 
-// The bounds of the responses a node keeps: how many, and the bytes of
-// bridged conversations and Response objects among them. The oldest
-// used go first; a follow-up of one gone is refused as OpenAI refuses an
-// unknown previous_response_id.
+// The bounds of the responses a node keeps: how many, and (beside the
+// bytes limits.stored_responses_bytes allows) how large one may be. The
+// oldest used go first; a follow-up of one gone is refused as OpenAI
+// refuses an unknown previous_response_id.
 const (
-	maxStoredResponses     = 100_000
-	maxStoredResponseBytes = 256 << 20
-	// maxStoredRecord bounds one bridged record kept.
+	maxStoredResponses = 100_000
+	// maxStoredRecord bounds one bridged record kept; a quarter of the
+	// store's bytes bounds it too.
 	maxStoredRecord = 16 << 20
 	// findStoredWithin bounds asking the peers for a response.
 	findStoredWithin = 2 * time.Second
 )
 
-// storedResponse is one response a node relayed, and whose it is.
+// storedResponse is one response a node relayed, or holds a copy of,
+// and whose it is.
 type storedResponse struct {
 	route.StoredResponse
 	Tenant string
 	At     time.Time
+	// Peer is the node holding the other copy, "" while none is known:
+	// the peer this node's copy went to, or the node that sent this
+	// copy.
+	Peer string
+	// Copy means another node relayed the response and sent this copy:
+	// it is not copied on.
+	Copy bool
 }
 
 func (s *storedResponse) size() int { return len(s.Conversation) + len(s.Response) + 256 }
 
-// responseStore keeps the responses this node relayed from providers,
-// least recently used first out, within maxStoredResponses and
-// maxStoredResponseBytes.
+// responseStore keeps the responses this node relayed from providers and
+// the copies it holds for peers, least recently used first out, within
+// maxStoredResponses and maxBytes together. A record is never changed
+// once stored (a change stores a changed copy), so that what get returns
+// may be read without the lock.
 type responseStore struct {
 	mu    sync.Mutex
 	byKey map[string]*list.Element // tenant NUL id → *storedResponse
 	lru   list.List
 	bytes int
+	// maxBytes bounds bytes (limits.stored_responses_bytes).
+	maxBytes int
+	// held, if set, hears of bytes after every change (a gauge).
+	held func(bytes int)
 }
 
 func storedKey(tenant, id string) string { return tenant + "\x00" + id }
 
-func (s *responseStore) put(r *storedResponse) {
-	if r.size() > maxStoredRecord {
-		return
+// maxRecord is the largest record the store takes.
+func (s *responseStore) maxRecord() int { return min(maxStoredRecord, s.maxBytes/4) }
+
+// put stores r, in place of any record of the same id, and reports
+// whether it did: a record over maxRecord is not kept.
+func (s *responseStore) put(r *storedResponse) bool {
+	if r.size() > s.maxRecord() {
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -73,15 +93,23 @@ func (s *responseStore) put(r *storedResponse) {
 	}
 	s.byKey[key] = s.lru.PushFront(r)
 	s.bytes += r.size()
-	for s.lru.Len() > maxStoredResponses || s.bytes > maxStoredResponseBytes {
+	for s.lru.Len() > maxStoredResponses || s.bytes > s.maxBytes {
 		s.drop(s.lru.Back())
 	}
+	s.changed()
+	return true
 }
 
 func (s *responseStore) drop(el *list.Element) {
 	r := s.lru.Remove(el).(*storedResponse)
 	delete(s.byKey, storedKey(r.Tenant, r.ID))
 	s.bytes -= r.size()
+}
+
+func (s *responseStore) changed() {
+	if s.held != nil {
+		s.held(s.bytes)
+	}
 }
 
 // get returns tenant's response id, or nil.
@@ -96,21 +124,52 @@ func (s *responseStore) get(tenant, id string) *storedResponse {
 	return el.Value.(*storedResponse)
 }
 
-// remove forgets tenant's response id.
-func (s *responseStore) remove(tenant, id string) {
+// peek is get without counting as a use.
+func (s *responseStore) peek(tenant, id string) *storedResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el, ok := s.byKey[storedKey(tenant, id)]; ok {
-		s.drop(el)
+		return el.Value.(*storedResponse)
 	}
+	return nil
 }
 
-// keepStored records the Responses answer res relayed for req.
+// setPeer records that peer holds the other copy of tenant's response
+// id, and reports whether this node still holds it.
+func (s *responseStore) setPeer(tenant, id, peer string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.byKey[storedKey(tenant, id)]
+	if !ok {
+		return false
+	}
+	r := *el.Value.(*storedResponse)
+	r.Peer = peer
+	el.Value = &r
+	return true
+}
+
+// remove forgets tenant's response id, and reports whether it was held.
+func (s *responseStore) remove(tenant, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.byKey[storedKey(tenant, id)]
+	if ok {
+		s.drop(el)
+		s.changed()
+	}
+	return ok
+}
+
+// keepStored records the Responses answer res relayed for req, and
+// queues its copy to a peer.
 func (n *Node) keepStored(req *route.Request, res *route.Result) {
 	if res == nil || res.Stored == nil || req.Tenant == "" {
 		return
 	}
-	n.responses.put(&storedResponse{StoredResponse: *res.Stored, Tenant: req.Tenant, At: n.now()})
+	if n.responses.put(&storedResponse{StoredResponse: *res.Stored, Tenant: req.Tenant, At: n.now()}) {
+		n.copies.enqueue(copyJob{tenant: req.Tenant, id: res.Stored.ID, residency: req.Residency})
+	}
 }
 
 // errPreviousNotFound refuses a follow-up of a response no node holds,
@@ -121,25 +180,26 @@ func errPreviousNotFound(id string) error {
 }
 
 // findStored returns tenant's response id as this node or a peer
-// recorded it: nil when none holds it.
-func (n *Node) findStored(ctx context.Context, tenantName, id string) *storedResponse {
+// holds it, and the peer's name ("" for this node): nil when none holds
+// it. The peers the copy ring names are asked first.
+func (n *Node) findStored(ctx context.Context, tenantName, id string) (*storedResponse, string) {
 	if r := n.responses.get(tenantName, id); r != nil {
-		return r
+		return r, ""
 	}
 	if n.forward == nil {
-		return nil
+		return nil, ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, findStoredWithin)
 	defer cancel()
-	reply, _, err := n.forward.FindStored(ctx, tenantName, id, "lookup")
+	reply, from, err := n.forward.FindStored(ctx, tenantName, id, "lookup", n.likelyHolders(tenantName, id)...)
 	if err != nil {
-		return nil
+		return nil, ""
 	}
 	r := &storedResponse{Tenant: tenantName}
 	if json.Unmarshal(reply.Record, &r.StoredResponse) != nil || r.ID != id {
-		return nil
+		return nil, ""
 	}
-	return r
+	return r, from
 }
 
 // pinToPrior makes a Responses follow-up continue the response it names:
@@ -150,7 +210,7 @@ func (n *Node) pinToPrior(tenantName string, chat *route.ChatRequest) error {
 	if chat.API != route.APIResponses || id == "" || tenantName == "" {
 		return nil
 	}
-	r := n.findStored(context.Background(), tenantName, id)
+	r, _ := n.findStored(context.Background(), tenantName, id)
 	if r == nil {
 		return errPreviousNotFound(id)
 	}
@@ -159,7 +219,10 @@ func (n *Node) pinToPrior(tenantName string, chat *route.ChatRequest) error {
 }
 
 // storedOp is what a peer's Stored call or a client's retrieve, delete
-// or cancel does with a response this node holds.
+// or cancel does with a response this node holds, its own or a copy: a
+// bridged one is answered from the record, any other by calling its
+// provider, as the node that relayed it would. A delete also drops the
+// other copy.
 func (n *Node) storedOp(ctx context.Context, r *storedResponse, op string) (int, []byte) {
 	switch {
 	case op == "lookup":
@@ -169,6 +232,7 @@ func (n *Node) storedOp(ctx context.Context, r *storedResponse, op string) (int,
 		return http.StatusOK, r.Response
 	case r.Bridged && op == "delete":
 		n.responses.remove(r.Tenant, r.ID)
+		n.forgetOtherCopy(ctx, r)
 		return http.StatusOK, deletedResponse(r.ID)
 	case r.Bridged: // cancel
 		return n.errorBody(&route.InvalidRequestError{Msg: "Only responses created with background set to true can be cancelled."})
@@ -186,6 +250,7 @@ func (n *Node) storedOp(ctx context.Context, r *storedResponse, op string) (int,
 	}
 	if op == "delete" && (reply.Status == http.StatusOK || reply.Status == http.StatusNotFound) {
 		n.responses.remove(r.Tenant, r.ID)
+		n.forgetOtherCopy(ctx, r)
 	}
 	return reply.Status, reply.Body
 }
@@ -203,14 +268,21 @@ func (n *Node) errorBody(err error) (int, []byte) {
 	return status, b
 }
 
-// answerStored answers a peer's Stored call.
-func (n *Node) answerStored(ctx context.Context, tenantName, id, op string) *pb.StoredReply {
-	r := n.responses.get(tenantName, id)
+// answerStored answers a peer's Stored call: keep and forget a copy,
+// or act on a response this node holds.
+func (n *Node) answerStored(ctx context.Context, in *pb.StoredRequest) *pb.StoredReply {
+	switch in.Op {
+	case "keep":
+		return n.keepCopy(in)
+	case "forget":
+		return &pb.StoredReply{Found: n.responses.remove(in.Tenant, in.Id)}
+	}
+	r := n.responses.get(in.Tenant, in.Id)
 	if r == nil {
 		return &pb.StoredReply{}
 	}
-	status, body := n.storedOp(ctx, r, op)
-	if op == "lookup" {
+	status, body := n.storedOp(ctx, r, in.Op)
+	if in.Op == "lookup" {
 		return &pb.StoredReply{Found: true, Record: body, Status: int32(status)}
 	}
 	return &pb.StoredReply{Found: true, Status: int32(status), Body: body}
@@ -218,7 +290,8 @@ func (n *Node) answerStored(ctx context.Context, tenantName, id, op string) *pb.
 
 // storedHandler serves GET and DELETE /v1/responses/{id} and POST
 // /v1/responses/{id}/cancel: the response's holder answers, this node if
-// it relayed it, else the peer that did; every other node answers 404.
+// it holds it, else a peer that does (the one that relayed it or the one
+// holding its copy); every other node answers 404.
 // The provider holding it must still be one the tenant's residency (as
 // X-LLMesh-Residency narrows it) allows.
 func (n *Node) storedHandler(op string) http.HandlerFunc {
@@ -242,7 +315,7 @@ func (n *Node) storedHandler(op string) http.HandlerFunc {
 
 // serveStored finds tenant t's response id and does op with it.
 func (n *Node) serveStored(ctx context.Context, w http.ResponseWriter, t *tenant.Tenant, narrowTo, id, op string, e *decisions.Decision) (int, error) {
-	rec := n.findStored(ctx, t.Name, id)
+	rec, holder := n.findStored(ctx, t.Name, id)
 	if rec == nil {
 		err := &notFoundError{param: "response_id", code: "not_found", msg: fmt.Sprintf("Response with id '%s' not found.", id)}
 		return n.writeError(w, err), err
@@ -259,11 +332,13 @@ func (n *Node) serveStored(ctx context.Context, w http.ResponseWriter, t *tenant
 		return n.writeError(w, err), err
 	}
 	status, body := 0, []byte(nil)
-	if local := n.responses.get(t.Name, id); local != nil {
-		status, body = n.storedOp(ctx, local, op)
+	if holder == "" {
+		status, body = n.storedOp(ctx, rec, op)
 	} else {
-		reply, _, err := n.forward.FindStored(ctx, t.Name, id, op)
-		if err != nil {
+		// The peer that answered the lookup, alone: asking every holder
+		// would delete or cancel at the provider twice.
+		reply, err := n.askHolder(ctx, holder, &pb.StoredRequest{Tenant: t.Name, Id: id, Op: op})
+		if err != nil || !reply.Found {
 			err = fmt.Errorf("%w: the node holding response %s did not answer", route.ErrNoProvider, id)
 			return n.writeError(w, err), err
 		}

@@ -26,10 +26,20 @@ const (
 )
 
 type StoredRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"` // lookup, get, delete or cancel
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Id     string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Op     string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"` // lookup, get, delete, cancel, keep or forget
+	// record is route.StoredResponse as JSON, as lookup returns it; only
+	// with keep.
+	Record []byte `protobuf:"bytes,4,opt,name=record,proto3" json:"record,omitempty"`
+	// residency is the jurisdiction the origin established for the
+	// response's request ("" for any), with keep: the receiving node
+	// narrows its own view of the tenant by it, never widens it.
+	Residency string `protobuf:"bytes,5,opt,name=residency,proto3" json:"residency,omitempty"`
+	// origin is the node sending keep or forget: the record's other
+	// holder.
+	Origin        string `protobuf:"bytes,6,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,11 +95,32 @@ func (x *StoredRequest) GetOp() string {
 	return ""
 }
 
+func (x *StoredRequest) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *StoredRequest) GetResidency() string {
+	if x != nil {
+		return x.Residency
+	}
+	return ""
+}
+
+func (x *StoredRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
 type StoredReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
 	Record        []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`  // route.StoredResponse as JSON, for lookup
-	Status        int32                  `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"` // the HTTP status of get, delete or cancel
+	Status        int32                  `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"` // the HTTP status of get, delete or cancel, or of keep's refusal
 	Body          []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`      // and its body (a Response, or an OpenAI error)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -769,11 +800,14 @@ var File_mesh_proto protoreflect.FileDescriptor
 const file_mesh_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"mesh.proto\x12\tllmesh.v1\"G\n" +
+	"mesh.proto\x12\tllmesh.v1\"\x95\x01\n" +
 	"\rStoredRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x0e\n" +
-	"\x02op\x18\x03 \x01(\tR\x02op\"g\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12\x16\n" +
+	"\x06record\x18\x04 \x01(\fR\x06record\x12\x1c\n" +
+	"\tresidency\x18\x05 \x01(\tR\tresidency\x12\x16\n" +
+	"\x06origin\x18\x06 \x01(\tR\x06origin\"g\n" +
 	"\vStoredReply\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x16\n" +
 	"\x06record\x18\x02 \x01(\fR\x06record\x12\x16\n" +

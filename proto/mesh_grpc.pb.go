@@ -47,13 +47,23 @@ type MeshClient interface {
 	// node serving a dashboard gathers every peer's, so that the page
 	// shows the mesh and the browser calls one node only.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveReply, error)
-	// Stored finds a Responses API response this node relayed for a
-	// tenant, and acts on it: op "lookup" returns what the node recorded of
-	// it (a follow-up entering at another node is then pinned to its
-	// provider, and a bridged one continues its conversation); "get",
-	// "delete" and "cancel" are a client's retrieve, delete and cancel,
-	// answered by this node, which reached the provider before. A node
-	// that holds no such response answers found false.
+	// Stored finds a Responses API response this node holds for a
+	// tenant (it relayed it, or keeps the copy another node sent), and
+	// acts on it: op "lookup" returns what the node recorded of it (a
+	// follow-up entering at another node is then pinned to its provider,
+	// and a bridged one continues its conversation); "get", "delete" and
+	// "cancel" are a client's retrieve, delete and cancel, answered by
+	// this node as the node that reached the provider would. A node that
+	// holds no such response answers found false.
+	//
+	// Two ops keep the second copy of a record: "keep" asks this node to
+	// hold the record the request carries, which the origin holds too;
+	// the node checks the tenant's residency against its own view and
+	// region first, and answers found true when it keeps it, or found
+	// false with the refusal's status and OpenAI error body. "forget"
+	// drops the record without calling the provider: the origin deleted
+	// it. A node older than these ops refuses them (InvalidArgument): it
+	// keeps nothing, and the record stays where it was.
 	Stored(ctx context.Context, in *StoredRequest, opts ...grpc.CallOption) (*StoredReply, error)
 }
 
@@ -123,13 +133,23 @@ type MeshServer interface {
 	// node serving a dashboard gathers every peer's, so that the page
 	// shows the mesh and the browser calls one node only.
 	Observe(context.Context, *ObserveRequest) (*ObserveReply, error)
-	// Stored finds a Responses API response this node relayed for a
-	// tenant, and acts on it: op "lookup" returns what the node recorded of
-	// it (a follow-up entering at another node is then pinned to its
-	// provider, and a bridged one continues its conversation); "get",
-	// "delete" and "cancel" are a client's retrieve, delete and cancel,
-	// answered by this node, which reached the provider before. A node
-	// that holds no such response answers found false.
+	// Stored finds a Responses API response this node holds for a
+	// tenant (it relayed it, or keeps the copy another node sent), and
+	// acts on it: op "lookup" returns what the node recorded of it (a
+	// follow-up entering at another node is then pinned to its provider,
+	// and a bridged one continues its conversation); "get", "delete" and
+	// "cancel" are a client's retrieve, delete and cancel, answered by
+	// this node as the node that reached the provider would. A node that
+	// holds no such response answers found false.
+	//
+	// Two ops keep the second copy of a record: "keep" asks this node to
+	// hold the record the request carries, which the origin holds too;
+	// the node checks the tenant's residency against its own view and
+	// region first, and answers found true when it keeps it, or found
+	// false with the refusal's status and OpenAI error body. "forget"
+	// drops the record without calling the provider: the origin deleted
+	// it. A node older than these ops refuses them (InvalidArgument): it
+	// keeps nothing, and the record stays where it was.
 	Stored(context.Context, *StoredRequest) (*StoredReply, error)
 	mustEmbedUnimplementedMeshServer()
 }

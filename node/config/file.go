@@ -276,6 +276,10 @@ type LimitsSection struct {
 	// AdmissionQueue bounds the requests waiting so on this node at once;
 	// default 1024.
 	AdmissionQueue int `yaml:"admission_queue"`
+	// StoredResponsesBytes bounds the Responses API responses this node
+	// keeps in memory, those it relayed and the copies it holds for
+	// peers together, the least recently used out; default 64MiB.
+	StoredResponsesBytes ByteSize `yaml:"stored_responses_bytes"`
 }
 
 // TimeoutsSection sets each phase's timeout separately.

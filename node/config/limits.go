@@ -54,7 +54,19 @@ func resolveLimits(c *File, _ Env, s *Runtime, p *problems) {
 	} else if l.MaxAttempts > 0 {
 		s.Executor.MaxAttempts = l.MaxAttempts
 	}
+	switch b := int64(l.StoredResponsesBytes); {
+	case b < 0:
+		p.bad("limits.stored_responses_bytes", "must not be negative")
+	case b > 0 && b < minStoredResponsesBytes:
+		p.bad("limits.stored_responses_bytes", "%d bytes is too small to hold responses; at least 1MiB", b)
+	case b > 0:
+		s.StoredResponsesBytes = b
+	}
 }
+
+// minStoredResponsesBytes is the least limits.stored_responses_bytes
+// may be: a few bridged conversations.
+const minStoredResponsesBytes = 1 << 20
 
 // override sets *dst to d when d is set.
 func override(dst *time.Duration, d Duration) {

@@ -11,20 +11,25 @@ func TestResolveLimits(t *testing.T) {
 		{name: "defaults", want: func(*Runtime) {}},
 		{name: "set", edit: func(f *File) {
 			f.Limits = LimitsSection{MaxBodyBytes: 1, MaxAttempts: 2, MaxResponseBytes: 3, MaxEventBytes: 4, MaxHeaderBytes: 5,
-				MaxMessages: 6, MaxConcurrentPerTenant: 7, MaxStreamDuration: Duration(time.Minute), AdmissionWait: Duration(time.Second), AdmissionQueue: 8}
+				MaxMessages: 6, MaxConcurrentPerTenant: 7, MaxStreamDuration: Duration(time.Minute), AdmissionWait: Duration(time.Second), AdmissionQueue: 8,
+				StoredResponsesBytes: 9 << 20}
 		}, want: func(s *Runtime) {
 			s.MaxBodyBytes, s.Executor.MaxAttempts, s.Executor.MaxResponseBytes, s.Executor.MaxEventBytes = 1, 2, 3, 4
 			s.MaxHeaderBytes, s.MaxMessages, s.MaxInFlight, s.AdmissionQueue = 5, 6, 7, 8
-			s.Executor.MaxStreamDuration, s.AdmissionWait = time.Minute, time.Second
+			s.Executor.MaxStreamDuration, s.AdmissionWait, s.StoredResponsesBytes = time.Minute, time.Second, 9<<20
 		}},
 		{name: "negative", edit: func(f *File) {
 			f.Limits = LimitsSection{MaxBodyBytes: -1, MaxAttempts: -1, MaxResponseBytes: -1, MaxEventBytes: -1, MaxHeaderBytes: -1,
-				MaxMessages: -1, MaxConcurrentPerTenant: -1, MaxStreamDuration: -1, AdmissionWait: -1, AdmissionQueue: -1}
+				MaxMessages: -1, MaxConcurrentPerTenant: -1, MaxStreamDuration: -1, AdmissionWait: -1, AdmissionQueue: -1,
+				StoredResponsesBytes: -1}
 		}, err: strings.Join([]string{"limits.max_body_bytes: must not be negative", "limits.max_response_bytes: must not be negative",
 			"limits.max_event_bytes: must not be negative", "limits.max_header_bytes: must not be negative",
 			"limits.max_messages: must not be negative", "limits.max_concurrent_per_tenant: must not be negative",
 			"limits.admission_queue: must not be negative", "limits.admission_wait: must not be negative",
-			"limits.max_stream_duration: must not be negative", "limits.max_attempts: must not be negative"}, "\n")},
+			"limits.max_stream_duration: must not be negative", "limits.max_attempts: must not be negative",
+			"limits.stored_responses_bytes: must not be negative"}, "\n")},
+		{name: "stored responses too small", edit: func(f *File) { f.Limits.StoredResponsesBytes = 4096 },
+			err: "limits.stored_responses_bytes: 4096 bytes is too small to hold responses; at least 1MiB"},
 		{name: "long wait", edit: func(f *File) { f.Limits.AdmissionWait = Duration(2 * time.Minute) },
 			err: "limits.admission_wait: 2m0s is longer than a client should wait to be admitted; at most 1m"},
 	})
@@ -88,4 +93,24 @@ func TestResolveAudit(t *testing.T) {
 			err: "audit.dir: is set but audit.disabled is true: remove one"},
 		{name: "negative size", edit: func(f *File) { f.Audit.MaxFileMB = -1 }, err: "audit.max_file_mb: must not be negative"},
 	})
+}
+
+// limits.stored_responses_bytes is a size, 64MiB unless set.
+func TestStoredResponsesBytesIsASize(t *testing.T) {
+	for yaml, want := range map[string]int64{"": 64 << 20, "\nlimits: {stored_responses_bytes: 16MiB}\n": 16 << 20} {
+		c, err := Parse([]byte(validConfig + yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Resolve(c, testEnvOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.StoredResponsesBytes != want {
+			t.Errorf("%q: %d bytes, want %d", yaml, s.StoredResponsesBytes, want)
+		}
+	}
+	if _, err := Parse([]byte(validConfig + "\nlimits: {stored_responses_bytes: lots}\n")); err == nil || !strings.Contains(err.Error(), `"lots" is not a size`) {
+		t.Fatalf("a bad size: %v", err)
+	}
 }

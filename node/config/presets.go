@@ -18,6 +18,7 @@ func DefaultConfig() *File {
 			MaxBodyBytes: DefaultMaxBodyBytes, MaxAttempts: ex.MaxAttempts, MaxResponseBytes: ex.MaxResponseBytes,
 			MaxEventBytes: ex.MaxEventBytes, MaxHeaderBytes: 64 << 10, MaxMessages: 4096, MaxConcurrentPerTenant: 256,
 			MaxStreamDuration: Duration(ex.MaxStreamDuration), AdmissionWait: Duration(2 * time.Second), AdmissionQueue: 1024,
+			StoredResponsesBytes: DefaultStoredResponsesBytes,
 		},
 		Timeouts: TimeoutsSection{
 			Connect: Duration(ex.ConnectTimeout), FirstByte: Duration(ex.FirstByteTimeout), Response: Duration(ex.ResponseTimeout),

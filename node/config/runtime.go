@@ -47,6 +47,9 @@ type Runtime struct {
 	// AdmissionQueue the requests waiting at once.
 	AdmissionWait  time.Duration
 	AdmissionQueue int
+	// StoredResponsesBytes bounds the stored Responses API responses
+	// held in memory, this node's and the copies it holds for peers.
+	StoredResponsesBytes int64
 	// ReadHeader and ReadBody bound reading a client's request;
 	// ClientWrite one write to a client.
 	ReadHeader, ReadBody, ClientWrite time.Duration
@@ -162,4 +165,7 @@ func (e Env) orNothing() Env {
 const (
 	DefaultHTTPAddr     = "127.0.0.1:8080"
 	DefaultMaxBodyBytes = 8 << 20
+	// DefaultStoredResponsesBytes is limits.stored_responses_bytes's
+	// default.
+	DefaultStoredResponsesBytes = ByteSize(64 << 20)
 )

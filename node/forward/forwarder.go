@@ -2,8 +2,10 @@
 // (Forwarder, route.Forwarder over gRPC to a via node, with one
 // connection per peer), the receiving side (Service, the Mesh service's
 // transport, which hands each forward to a ServeFunc) and the gossip
-// view both read (View, route.MeshView and route.SpareView), and the
-// dashboard's admin read over the same connections (Observe, Gather).
+// view both read (View, route.MeshView and route.SpareView), the
+// dashboard's admin read over the same connections (Observe, Gather), and
+// stored Responses API responses asked of peers and copied to one
+// (FindStored, AskStored).
 //
 // It owns the framing only: a head with the answer's status and headers,
 // the data as it flows, a trailer with what was served or the refusal's

@@ -1,10 +1,10 @@
 // Package metrics holds one node's Prometheus collectors: requests,
 // latencies, tokens and cost, upstream attempts, ejections, probes,
-// forwards, hand-offs and residency refusals. They are created per node
-// on an injected prometheus.Registerer, never the global one; the node
-// tells them what happened through the methods here. Names, labels and
-// help text are part of the operator's interface (alerts and the
-// dashboard in deploy/ read them).
+// forwards, hand-offs, residency refusals and stored responses' copies.
+// They are created per node on an injected prometheus.Registerer, never
+// the global one; the node tells them what happened through the methods
+// here. Names, labels and help text are part of the operator's interface
+// (alerts and the dashboard in deploy/ read them).
 package metrics
 
 import (
@@ -47,6 +47,7 @@ type Metrics struct {
 	refusals      *prometheus.CounterVec
 	fallbackMetrics
 	cacheMetrics
+	storedMetrics
 }
 
 // latencyBuckets returns buckets spanning a cached answer (5 ms) to a long generation (5 min).
@@ -151,6 +152,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.fallbackMetrics = newFallbackMetrics(f)
 	m.cacheMetrics = newCacheMetrics(f)
+	m.storedMetrics = newStoredMetrics(f)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
