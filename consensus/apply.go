@@ -13,10 +13,15 @@ import (
 )
 
 // Apply stamps cmd with this leader's clock and applies it through Raft,
-// waiting for it to commit. It fails with ErrNotLeader on a follower.
+// waiting for it to commit. It fails with ErrNotLeader on a follower, and
+// with ErrLedgerVersion, applying nothing, when cmd needs a ledger
+// version above the one the voters agreed on (see admit).
 func (s *Server) Apply(ctx context.Context, cmd Command) (Result, error) {
 	if !s.IsLeader() {
 		return Result{}, ErrNotLeader
+	}
+	if err := s.admit(ctx, cmd); err != nil {
+		return Result{}, err
 	}
 	cmd.Time = s.now().UnixNano()
 	b, err := json.Marshal(cmd)

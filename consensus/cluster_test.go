@@ -36,6 +36,13 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 // newSkewedCluster gives voter i the clock clockOf(i).
 func newSkewedCluster(t testing.TB, n int, clockOf func(i int) func() time.Time) *testCluster {
 	t.Helper()
+	return newClusterWith(t, n, clockOf, nil)
+}
+
+// newClusterWith is newSkewedCluster with edit, if not nil, adjusting
+// voter i's configuration before it starts.
+func newClusterWith(t testing.TB, n int, clockOf func(i int) func() time.Time, edit func(i int, c *ServerConfig)) *testCluster {
+	t.Helper()
 	c := &testCluster{t: t, down: make([]bool, n)}
 	var servers []raft.Server
 	for i := range n {
@@ -51,10 +58,14 @@ func newSkewedCluster(t testing.TB, n int, clockOf func(i int) func() time.Time)
 		}
 	}
 	for i := range n {
-		s, err := NewServer(ServerConfig{
+		cfg := ServerConfig{
 			ID: fmt.Sprintf("v%d", i), InMemory: true, Transport: c.trans[i], Timings: FastTimings,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ApplyTimeout: time.Second, Clock: clockOf(i),
-		})
+		}
+		if edit != nil {
+			edit(i, &cfg)
+		}
+		s, err := NewServer(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,10 @@ var (
 	ErrUnknownCommand = errors.New("unknown command type")
 	ErrNoTenant       = errors.New("no such tenant")
 	ErrInvalid        = errors.New("invalid command")
+	// ErrLedgerVersion: a command needs a ledger version above the one
+	// the voters agreed on; it is refused, not applied, until every
+	// voter is upgraded.
+	ErrLedgerVersion = errors.New("ledger upgrade required")
 
 	// ErrBudgetExceeded: what a tenant could still spend cannot cover a
 	// reservation. It does not lapse by waiting.

@@ -17,6 +17,10 @@ type FSM struct {
 	// afterApply, if set, is called (under the lock) after each command:
 	// tests check the escrow invariant there after every apply.
 	afterApply func(*Ledger, Command, Result)
+	// versionAhead, if set, is told (under the lock) the ledger's
+	// version when a restore or a set_version leaves it above
+	// LedgerVersion: this build must be upgraded.
+	versionAhead func(int)
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -34,6 +38,9 @@ func (f *FSM) Apply(log *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := f.l.Apply(cmd)
+	if v := f.l.Version(); cmd.Type == CmdSetVersion && v > LedgerVersion && f.versionAhead != nil {
+		f.versionAhead(v)
+	}
 	if f.afterApply != nil {
 		f.afterApply(f.l, cmd, r)
 	}
@@ -69,7 +76,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.l.Restore(b)
+	if err := f.l.Restore(b); err != nil {
+		return err
+	}
+	if v := f.l.Version(); v > LedgerVersion && f.versionAhead != nil {
+		f.versionAhead(v)
+	}
+	return nil
 }
 
 type snapshot []byte

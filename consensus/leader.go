@@ -6,6 +6,7 @@ package consensus
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -43,26 +44,33 @@ func (s *Server) leaderWatch() {
 }
 
 // leaderLoop is the leader's work: after a barrier (so the state is
-// current), seed the configuration and keep the Raft configuration in
-// step with the membership. Rate shares need nothing here: they are
-// ledger state, current on this replica once the barrier has passed.
+// current), agree on the ledger's version, seed the configuration and
+// keep the Raft configuration and the version in step with the
+// membership. Rate shares need nothing here: they are ledger state,
+// current on this replica once the barrier has passed.
 func (s *Server) leaderLoop(stop <-chan struct{}) {
 	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
 		s.log.Warn("leader barrier failed", "err", err)
 		return
 	}
 	s.log.Info("raft leadership acquired")
+	clear(s.warned)
+	// The version first, so that a new ledger takes its seed whole.
+	agreed, _ := s.raiseVersion(context.Background())
+	var pending []Command // seed commands of a version not agreed yet
 	if s.cfg.Seed != nil {
-		for _, c := range s.cfg.Seed() {
-			if _, err := s.Apply(context.Background(), c); err != nil {
-				s.log.Warn("seeding the ledger failed", "type", c.Type, "err", err)
-			}
-		}
+		pending = s.seed(s.cfg.Seed())
 	}
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
 		s.reconcile()
+		if v, err := s.raiseVersion(context.Background()); err == nil && v > agreed {
+			agreed = v
+			if len(pending) > 0 {
+				pending = s.seed(pending)
+			}
+		}
 		select {
 		case <-stop:
 			s.log.Info("raft leadership lost")
@@ -76,11 +84,31 @@ func (s *Server) leaderLoop(stop <-chan struct{}) {
 	}
 }
 
+// seed applies the configuration's seed commands cs, where absent, and
+// returns those that need a ledger version above the agreed one: they
+// wait until every voter supports it.
+func (s *Server) seed(cs []Command) (later []Command) {
+	for _, c := range cs {
+		_, err := s.Apply(context.Background(), c)
+		switch {
+		case errors.Is(err, ErrLedgerVersion):
+			later = append(later, c)
+			s.log.Warn("a seed command waits until every voter is upgraded", "type", c.Type, "id", c.ID, "err", err)
+		case err != nil:
+			s.log.Warn("seeding the ledger failed", "type", c.Type, "err", err)
+		}
+	}
+	return later
+}
+
 // reconcile adds alive voters the configuration lacks and removes those
 // that left the mesh (drained or left for good; one that comes back is
 // added again). A voter is removed only while the voters that remain keep
 // a quorum of alive ones, never the last. Failed voters stay: they may
 // come back, and removing them would shrink the quorum under a partition.
+// A voter whose build supports less than the ledger's agreed version is
+// not added (its replica would ignore what it cannot read), and one in
+// the configuration already is warned of: both must be upgraded.
 func (s *Server) reconcile() {
 	if s.cfg.Membership == nil {
 		return
@@ -100,10 +128,19 @@ func (s *Server) reconcile() {
 			alive[v.ID] = true
 		}
 	}
+	agreed := s.agreedVersion()
 	for _, v := range voters {
 		sv, in := have[v.ID]
+		old := v.ID != s.cfg.ID && v.Version < agreed
+		if old && in && v.State != "left" {
+			s.warnOld(v, agreed, "a voter of the Raft configuration supports a ledger version below the agreed one: upgrade it, as its replica ignores what it cannot read")
+		}
 		switch {
 		case v.State == "alive" && v.RaftAddr != "" && (!in || string(sv.Address) != v.RaftAddr):
+			if old && !in {
+				s.warnOld(v, agreed, "a voter's build supports a ledger version below the agreed one: it is not added to the Raft configuration until it is upgraded")
+				continue
+			}
 			if err := s.raft.AddVoter(raft.ServerID(v.ID), raft.ServerAddress(v.RaftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
 				s.log.Warn("could not add a voter", "voter", v.ID, "err", err)
 			} else {

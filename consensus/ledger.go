@@ -208,6 +208,10 @@ type state struct {
 	// SpendPruned the hour its old buckets were last dropped.
 	Spend       map[string]*spendBook `json:"spend,omitempty"`
 	SpendPruned int64                 `json:"spend_pruned,omitempty"`
+	// Version is the ledger version the servers of the Raft
+	// configuration agreed on (version.go); 0 in a snapshot older than
+	// versions.
+	Version int `json:"version,omitempty"`
 }
 
 // Ledger is the pure state machine behind Raft: deterministic, no clock,
@@ -346,6 +350,8 @@ func (l *Ledger) applyCmd(cmd Command) Result {
 		return l.addKey(cmd)
 	case CmdSetKey, CmdSetTenantLimits, CmdSeedKeys:
 		return l.applyKeySettings(cmd)
+	case CmdSetVersion:
+		return l.setVersion(cmd)
 	case CmdRevokeKey:
 		return l.revokeKey(cmd)
 	case CmdSetBudget:

@@ -150,6 +150,9 @@ func (c *Client) apply(ctx context.Context, cmd Command, hops uint32) (Result, e
 	if c.server != nil && c.server.IsLeader() {
 		return c.server.Apply(ctx, cmd)
 	}
+	if err := c.checkLeader(cmd); err != nil {
+		return Result{}, err
+	}
 	lc, err := c.remote(hops)
 	if err != nil {
 		return Result{}, err
@@ -200,9 +203,10 @@ func (c *Client) rates(ctx context.Context, node string, boot int64, demands []D
 }
 
 // Read returns a JSON view of the ledger: "books", "tenants", "rates",
-// "recalls", "peers" or a SpendQuery's (SpendQuery.Encode). Linearizable reads are served by the leader after a barrier;
-// stale ones by this node's replica, or any voter's for a non-voter. It
-// reports which it was.
+// "recalls", "peers", "version" (the agreed ledger version, a number) or
+// a SpendQuery's (SpendQuery.Encode). Linearizable reads are served by
+// the leader after a barrier; stale ones by this node's replica, or any
+// voter's for a non-voter. It reports which it was.
 func (c *Client) Read(ctx context.Context, what string, linearizable bool) ([]byte, bool, error) {
 	return c.read(ctx, what, linearizable, 0)
 }
@@ -247,6 +251,8 @@ func (s *Server) view(what string, linearizable bool) ([]byte, error) {
 		err = read(func(l *Ledger) { v = l.Recalls() })
 	case "peers":
 		v, err = s.Peers()
+	case "version":
+		err = read(func(l *Ledger) { v = l.Version() })
 	case "spend":
 		err = fmt.Errorf("%w: the spend view takes a query (SpendQuery.Encode)", ErrInvalid)
 	default:
@@ -328,6 +334,8 @@ func toStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrLedgerVersion):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
@@ -346,6 +354,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", ErrNoLeader, st.Message())
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", ErrInvalid, st.Message())
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w: %s", ErrLedgerVersion, strings.TrimPrefix(st.Message(), ErrLedgerVersion.Error()+": "))
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, st.Message())
 	case codes.Unauthenticated:

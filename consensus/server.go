@@ -26,6 +26,9 @@ type VoterInfo struct {
 	RaftAddr string // host:port of its Raft transport
 	RPCAddr  string // host:port of its gRPC server
 	State    string // alive, draining, leaving, failed or left
+	// Version is the ledger version its build supports, as it
+	// advertises it (LedgerVersion); 0 when it advertises none.
+	Version int
 }
 
 // Membership tells the consensus layer which voters the mesh has, and
@@ -120,6 +123,11 @@ type Server struct {
 	once     sync.Once
 
 	applyObserver func(time.Duration) // metrics
+
+	// warned are the voters the leader warned of as too old to be
+	// added, or to stay, with the version they advertised then; its
+	// loop's alone, and cleared when it starts leading.
+	warned map[string]int
 }
 
 // NewServer builds a voter. It opens nothing; Start does.
@@ -145,7 +153,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.ApplyTimeout <= 0 {
 		cfg.ApplyTimeout = 5 * time.Second
 	}
-	return &Server{
+	s := &Server{
 		cfg:        cfg,
 		fsm:        NewFSM(),
 		log:        cfg.Logger,
@@ -155,7 +163,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		nudge:      make(chan struct{}, 1),
 		leaderCh:   make(chan bool, 8),
 		stop:       make(chan struct{}),
-	}, nil
+		warned:     map[string]int{},
+	}
+	s.fsm.versionAhead = func(v int) {
+		s.log.Error("the ledger's agreed version is above what this build supports: upgrade this node's llmesh, "+
+			"as its replica ignores the commands it cannot read", "ledger_version", v, "supported", LedgerVersion)
+	}
+	return s, nil
 }
 
 // ObserveApply sets a function told how long each apply took (metrics).
@@ -286,6 +300,10 @@ type Peer struct {
 	Address string `json:"address"`
 	Voter   bool   `json:"voter"`
 	Leader  bool   `json:"leader"`
+	// Version is the ledger version its build supports: this voter's
+	// own, the others' as they advertise it in gossip (0 for none, or
+	// not seen).
+	Version int `json:"ledger_version"`
 }
 
 // Peers returns the Raft configuration as this voter knows it.
@@ -295,9 +313,11 @@ func (s *Server) Peers() ([]Peer, error) {
 		return nil, err
 	}
 	_, leader := s.raft.LeaderWithID()
+	adv := s.advertised()
 	var out []Peer
 	for _, sv := range f.Configuration().Servers {
-		out = append(out, Peer{ID: string(sv.ID), Address: string(sv.Address), Voter: sv.Suffrage == raft.Voter, Leader: sv.ID == leader})
+		out = append(out, Peer{ID: string(sv.ID), Address: string(sv.Address), Voter: sv.Suffrage == raft.Voter, Leader: sv.ID == leader,
+			Version: adv[string(sv.ID)].Version})
 	}
 	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil

@@ -114,6 +114,9 @@ type SyncResult struct {
 	// SpendSeq is the last of the node's spend reports the ledger has
 	// applied (this boot's): the node drops what it sent up to it.
 	SpendSeq uint64 `json:"spend_seq,omitempty"`
+	// Version is the ledger version the voters agreed on: what the node
+	// may send (version.go).
+	Version int `json:"version,omitempty"`
 }
 
 // LeaseView is a lease as its node sees it.
@@ -257,7 +260,7 @@ func (l *Ledger) renew(node string, epoch, now, until int64) {
 }
 
 func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncResult {
-	r := &SyncResult{Leases: []LeaseView{}, Exhausted: exhausted}
+	r := &SyncResult{Leases: []LeaseView{}, Exhausted: exhausted, Version: l.s.Version}
 	seq := l.s.Nodes[node]
 	if seq == nil {
 		return r

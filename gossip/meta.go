@@ -48,6 +48,11 @@ type Meta struct {
 	// an endpoint (route.API); 0 from a node before it was gossiped,
 	// which serves chat alone.
 	APIs uint64
+	// LedgerVersion is the version of the Raft ledger's state machine
+	// the node's build supports (consensus.LedgerVersion): the leader
+	// agrees on the highest one every voter supports. 0 from a node
+	// before it was gossiped.
+	LedgerVersion int
 }
 
 // MetaLimit is the most bytes memberlist carries as node metadata.
@@ -72,6 +77,7 @@ func (m Meta) Encode() ([]byte, error) {
 	e.str(m.Build)
 	e.str(m.Raft)
 	e.uvarint(m.APIs)
+	e.uvarint(uint64(max(m.LedgerVersion, 0)))
 	if len(e.b) > MetaLimit {
 		return nil, fmt.Errorf("%w (%d bytes)", ErrMetaTooLarge, len(e.b))
 	}
@@ -98,6 +104,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 	}
 	if d.err == nil && len(d.b) > 0 { // added with the Responses API
 		m.APIs = d.uvarint()
+	}
+	if d.err == nil && len(d.b) > 0 { // added with the ledger's version
+		m.LedgerVersion = int(min(d.uvarint(), 1<<16))
 	}
 	if d.err != nil {
 		return Meta{}, fmt.Errorf("gossip: decode metadata: %w", d.err)

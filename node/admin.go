@@ -329,7 +329,10 @@ func (n *Node) forfeit(w http.ResponseWriter, r *http.Request) {
 	n.applyAdmin(w, r, consensus.CmdForfeit, req, map[string]any{"node": req.Node, "forfeited": true})
 }
 
-// raftPeers serves GET /v1/mesh/raft/peers.
+// raftPeers serves GET /v1/mesh/raft/peers: the Raft configuration,
+// each server with the ledger version its build supports, and the
+// version the ledger agreed on (left out when the voter asked is of a
+// build before versions).
 func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
 	if n.ledger == nil {
 		n.writeError(w, errNoLedger)
@@ -344,7 +347,11 @@ func (n *Node) raftPeers(w http.ResponseWriter, r *http.Request) {
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"peers": peers})
+	doc := map[string]any{"peers": peers}
+	if v, err := n.ledger.Version(r.Context()); err == nil {
+		doc["ledger_version"] = v
+	}
+	writeJSON(w, http.StatusOK, doc)
 }
 
 // newCommandID is unique per command: the node, its boot and a counter.

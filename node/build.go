@@ -63,6 +63,7 @@ func (n *Node) buildMesh(opts Options) (route.HealthView, error) {
 	}
 	gc := *n.s.Gossip
 	gc.Meta.Build = opts.Version
+	gc.Meta.LedgerVersion = consensus.LedgerVersion
 	gc.Logger = n.log.With("component", "gossip")
 	gc.Registerer = opts.Registry
 	gc.KnownProvider = func(name string) bool { return n.catalog().Provider(name) != nil }

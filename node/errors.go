@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/node/decisions"
 	"github.com/llmesh/llmesh/route"
 )
@@ -61,6 +62,9 @@ func classify(err error) (int, apiError) {
 	case errors.Is(err, errAdminRemote), errors.Is(err, errCrossSite):
 		e.Type, e.Code = "permission_error", "admin_token_required"
 		return http.StatusForbidden, e
+	case errors.Is(err, consensus.ErrLedgerVersion):
+		e.Type, e.Code = "invalid_request_error", "ledger_upgrade_required"
+		return http.StatusConflict, e
 	case errors.Is(err, errLedgerUnavailable):
 		e.Type, e.Code = "server_error", "ledger_unavailable"
 		return http.StatusServiceUnavailable, e

@@ -43,7 +43,7 @@ func (n *Node) Status(ctx context.Context) views.Status {
 	}
 	if n.ledger != nil {
 		ls := n.ledger.Status(ctx, now)
-		st.Raft, st.Leader = ls.Raft, ls.Leader
+		st.Raft, st.Leader, st.LedgerVersion = ls.Raft, ls.Leader, ls.LedgerVersion
 		st.Leases = append(st.Leases, ls.Leases...)
 		st.RateShares = append(st.RateShares, ls.RateShares...)
 		st.Admission.Waiting = ls.Waiting + int(n.admitted.rateWaiting.Load())

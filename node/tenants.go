@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -98,7 +99,8 @@ func (n *Node) readAdminJSON(w http.ResponseWriter, r *http.Request, v any, shap
 }
 
 // applyAdmin applies an operator's command to the ledger and answers ok,
-// or the error in OpenAI's shape.
+// or the error in OpenAI's shape: 409 ledger_upgrade_required when the
+// command needs a ledger version the voters have not agreed on yet.
 func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, body any, ok map[string]any) {
 	if n.ledger == nil {
 		n.writeError(w, errNoLedger)
@@ -115,6 +117,10 @@ func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, bo
 		return err
 	})
 	switch {
+	case errors.Is(err, consensus.ErrLedgerVersion):
+		// Refused until every voter reads it: 409, with the voters to
+		// upgrade named.
+		n.writeError(w, err)
 	case err != nil:
 		n.writeError(w, fmt.Errorf("%w: %v", errLedgerUnavailable, err))
 	case strings.Contains(res.Err, consensus.ErrNoTenant.Error()):

@@ -304,14 +304,16 @@ func runRaft(args []string, stdout, stderr io.Writer) int {
 			Peers []struct {
 				ID, Address   string
 				Voter, Leader bool
+				Version       int `json:"ledger_version"`
 			}
+			Version *int `json:"ledger_version"`
 		}
 		raw, err := c.do(http.MethodGet, "/v1/mesh/raft/peers", nil, &doc)
 		if err != nil || c.json {
 			return orJSON(stdout, raw, err)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tLEADER")
+		fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tLEADER\tLEDGER VERSION")
 		for _, p := range doc.Peers {
 			suffrage := "nonvoter"
 			if p.Voter {
@@ -321,8 +323,14 @@ func runRaft(args []string, stdout, stderr io.Writer) int {
 			if p.Leader {
 				leader = "leader"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.ID, p.Address, suffrage, leader)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.ID, p.Address, suffrage, leader, p.Version)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if doc.Version != nil {
+			fmt.Fprintf(stdout, "agreed ledger version: %d\n", *doc.Version)
+		}
+		return nil
 	})
 }

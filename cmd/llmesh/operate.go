@@ -46,6 +46,9 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "state\t%s, %s, %d in flight\n", st.Phase, ready, st.InFlight)
 		fmt.Fprintf(tw, "role\t%s\n", role)
 		fmt.Fprintf(tw, "leader\t%s\n", leader)
+		if st.LedgerVersion != nil {
+			fmt.Fprintf(tw, "ledger version\t%d (agreed by the voters)\n", *st.LedgerVersion)
+		}
 		fmt.Fprintf(tw, "members\t%s\n", strings.Join(members, ", "))
 		fmt.Fprintf(tw, "healthy providers\t%s\n", orNone(st.Providers))
 		if len(st.Unhealthy) > 0 {

@@ -85,3 +85,36 @@ func TestVerbStatusAndBudgetsTables(t *testing.T) {
 		}
 	}
 }
+
+// raft peers shows each server's ledger version and the agreed one,
+// status the agreed one, and a verb refused for a ledger upgrade prints
+// the node's message, which names the voters to upgrade.
+func TestVerbsShowTheLedgerVersion(t *testing.T) {
+	addr := fakeNode(t, map[string]string{
+		"/v1/mesh/raft/peers": `{"peers":[{"id":"n1","address":"10.0.0.1:7947","voter":true,"leader":true,"ledger_version":2},
+			{"id":"n2","address":"10.0.0.2:7947","voter":true,"leader":false,"ledger_version":0}],"ledger_version":0}`,
+		"/v1/mesh/status": `{"node":"n1","region":"eu-west","jurisdiction":"eu","phase":"serving","ready":true,"role":"voter",
+			"raft":"Leader","leader":"n1","ledger_version":0,"members":{"alive":2},"healthy_providers":[],"unhealthy_providers":[],
+			"budget_leases":[],"rate_shares":[],"admission":{},"uptime_s":3}`,
+	})
+	peers := runCLI(t, "raft", "peers", "-addr", addr)
+	for _, re := range []string{`NODE +ADDRESS +SUFFRAGE +LEADER +LEDGER VERSION`, `n1 .* voter +leader +2\n`, `n2 .* voter +0\n`, `agreed ledger version: 0`} {
+		if !regexp.MustCompile(re).MatchString(peers) {
+			t.Errorf("raft peers lacks %s:\n%s", re, peers)
+		}
+	}
+	if status := runCLI(t, "status", "-addr", addr); !regexp.MustCompile(`ledger version +0 \(agreed by the voters\)`).MatchString(status) {
+		t.Errorf("status lacks the ledger version:\n%s", status)
+	}
+	const msg = "ledger upgrade required: set_tenant_limits needs ledger version 1; voter n2 (version 0) must be upgraded first"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"error":{"message":"`+msg+`","type":"invalid_request_error","param":null,"code":"ledger_upgrade_required"}}`)
+	}))
+	defer srv.Close()
+	out, err := exec.Command(binary, "tenants", "limits", "-addr", srv.URL, "acme", "-rpm", "60").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "409 Conflict: "+msg) {
+		t.Errorf("a refused verb: %v\n%s", err, out)
+	}
+}

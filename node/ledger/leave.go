@@ -89,6 +89,27 @@ func (l *Ledger) Peers(ctx context.Context, linearizable bool) ([]consensus.Peer
 	return peers, nil
 }
 
+// Version returns the ledger version the voters agreed on: this voter's
+// replica's, or, on another node, a voter's (asked within a second).
+func (l *Ledger) Version(ctx context.Context) (int, error) {
+	if l.server != nil {
+		var v int
+		l.server.FSM().Read(func(x *consensus.Ledger) { v = x.Version() })
+		return v, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, _, err := l.client.Read(ctx, "version", false)
+	if err != nil {
+		return 0, err
+	}
+	var v int
+	if err := json.Unmarshal(b, &v); err != nil {
+		return 0, fmt.Errorf("version: %w", err)
+	}
+	return v, nil
+}
+
 // leaderName asks a voter who leads, for a node that is not one.
 func (l *Ledger) leaderName(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)

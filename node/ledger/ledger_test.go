@@ -82,8 +82,8 @@ func TestSeedCommands(t *testing.T) {
 	}
 }
 
-// Without gossip, the voters are this node when it is one, and every
-// other node is gone.
+// Without gossip, the voters are this node when it is one, of this
+// build's ledger version, and every other node is gone.
 func TestMembershipWithoutGossip(t *testing.T) {
 	raft := ""
 	m := membership{self: "a", raftAddr: func() string { return raft }, rpcAddr: func() string { return "127.0.0.1:2" }}
@@ -91,7 +91,7 @@ func TestMembershipWithoutGossip(t *testing.T) {
 		t.Errorf("a node that is no voter lists voters %v", v)
 	}
 	raft = "127.0.0.1:1"
-	want := []consensus.VoterInfo{{ID: "a", RaftAddr: "127.0.0.1:1", RPCAddr: "127.0.0.1:2", State: "alive"}}
+	want := []consensus.VoterInfo{{ID: "a", RaftAddr: "127.0.0.1:1", RPCAddr: "127.0.0.1:2", State: "alive", Version: consensus.LedgerVersion}}
 	if v := m.Voters(); !slices.Equal(v, want) {
 		t.Errorf("voters %v, want %v", v, want)
 	}

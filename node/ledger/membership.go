@@ -14,19 +14,21 @@ type membership struct {
 	rpcAddr  func() string
 }
 
-// Voters implements consensus.Membership. Without gossip, the voters are
-// this node when it is one.
+// Voters implements consensus.Membership: each with the ledger version
+// its gossip metadata advertises. Without gossip, the voters are this
+// node when it is one, of this build's version.
 func (m membership) Voters() []consensus.VoterInfo {
 	var out []consensus.VoterInfo
 	if m.mesh == nil {
 		if addr := m.raftAddr(); addr != "" {
-			out = append(out, consensus.VoterInfo{ID: m.self, RaftAddr: addr, RPCAddr: m.rpcAddr(), State: "alive"})
+			out = append(out, consensus.VoterInfo{ID: m.self, RaftAddr: addr, RPCAddr: m.rpcAddr(), State: "alive", Version: consensus.LedgerVersion})
 		}
 		return out
 	}
 	for _, mem := range m.mesh.Members() {
 		if mem.Meta.Voter {
-			out = append(out, consensus.VoterInfo{ID: mem.Name, RaftAddr: mem.Meta.Raft, RPCAddr: mem.Meta.RPC, State: mem.State})
+			out = append(out, consensus.VoterInfo{ID: mem.Name, RaftAddr: mem.Meta.Raft, RPCAddr: mem.Meta.RPC, State: mem.State,
+				Version: mem.Meta.LedgerVersion})
 		}
 	}
 	return out

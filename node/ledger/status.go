@@ -21,6 +21,9 @@ type Status struct {
 	RateShares []views.RateShareInfo
 	// Waiting counts the requests waiting for budget escrow.
 	Waiting int
+	// LedgerVersion is the ledger version the voters agreed on; nil when
+	// no voter told it.
+	LedgerVersion *int
 }
 
 // Status reads the ledger's part of the node's status at now.
@@ -32,6 +35,9 @@ func (l *Ledger) Status(ctx context.Context, now time.Time) Status {
 	}
 	if st.Leader == "" {
 		st.Leader = l.leaderName(ctx)
+	}
+	if v, err := l.Version(ctx); err == nil {
+		st.LedgerVersion = &v
 	}
 	for _, hl := range l.budgets.Leases() {
 		st.Leases = append(st.Leases, views.LeaseInfo{Tenant: hl.Tenant, Period: hl.Period, GrantedUSD: hl.Granted.USD(),

@@ -16,6 +16,10 @@ type Status struct {
 	Role   string `json:"role"`
 	Raft   string `json:"raft,omitempty"`
 	Leader string `json:"leader"` // "" when none is known
+	// LedgerVersion is the version of the ledger's state machine the
+	// voters agreed on: what every replica reads. Absent without a
+	// ledger, or when no voter told it.
+	LedgerVersion *int `json:"ledger_version,omitempty"`
 	// Members counts the mesh's members by state (alive, draining,
 	// suspect, failed, left).
 	Members map[string]int `json:"members"`

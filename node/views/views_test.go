@@ -14,7 +14,7 @@ func TestJSONNames(t *testing.T) {
 		view  any
 		names string // sorted, with their options
 	}{
-		{Status{}, "admission budget_leases build,omitempty healthy_providers in_flight jurisdiction leader members node phase raft,omitempty rate_shares ready region role unhealthy_providers uptime_s"},
+		{Status{}, "admission budget_leases build,omitempty healthy_providers in_flight jurisdiction leader ledger_version,omitempty members node phase raft,omitempty rate_shares ready region role unhealthy_providers uptime_s"},
 		{AdmissionInfo{}, "max_wait_s queue_limit waited_seconds_total waited_total waiting"},
 		{LeaseInfo{}, "expires_in_s granted_usd inflight_usd period spent_usd tenant"},
 		{RateShareInfo{}, "provider rpm spare tpm"},
