@@ -230,9 +230,10 @@ func (h *BudgetHolder) failWaitersLocked() {
 }
 
 // pollRecalls asks the ledger, while this node holds escrow it has not
-// used for an interval, whether another node is short of it; a recalled
-// tenant's idle escrow goes back at the next sync. Busy leases learn of
-// recalls from their own syncs.
+// used for an interval, whether another node is short of it, and whether
+// a budget changed: a recalled tenant's idle escrow goes back at the next
+// sync, and a changed budget's is spent no more. Busy leases learn of
+// both from their own syncs, every interval.
 func (h *BudgetHolder) pollRecalls(ctx context.Context) {
 	now := h.now()
 	h.mu.Lock()
@@ -249,8 +250,11 @@ func (h *BudgetHolder) pollRecalls(ctx context.Context) {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	tenants, err := f(rctx)
+	tenants, revs, err := f(rctx)
 	cancel()
+	if err == nil && revs != nil {
+		h.SetRevs(revs) // a budget changed: its idle escrow is spent no more
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lastPoll = now

@@ -35,6 +35,7 @@ type BudgetHolder struct {
 
 	mu      sync.Mutex
 	epoch   int64 // this boot, as the ledger assigned it; 0 until then
+	version int   // the ledger's version, as the last sync said
 	boot    int64 // a local nonce for command IDs
 	seq     uint64
 	leases  map[string]*localLease // the current period's lease, by tenant
@@ -59,9 +60,10 @@ type BudgetHolder struct {
 	waiting  []*waiter
 	waitSeq  uint64
 	maxQueue int
-	// recalls reads which tenants some node is short of escrow for (a
-	// stale read of the ledger); nil: never polled.
-	recalls    func(context.Context) ([]string, error)
+	// recalls reads which tenants some node is short of escrow for, and
+	// the budgets' revisions (a stale read of the ledger); nil: never
+	// polled.
+	recalls    func(context.Context) ([]string, map[string]int64, error)
 	lastPoll   time.Time
 	shortRetry bool // a waiter went unserved by the last sync: retry soon
 	// spend is the node's charges, reported with each sync; nil: none.
@@ -125,9 +127,10 @@ func NewBudgetHolder(node string, apply func(context.Context, Command) (Result, 
 }
 
 // SetRecalls gives the holder a way to learn, while it holds escrow it
-// is not using, that another node is short of it: a stale read of the
-// ledger's recalls. Call it before Run.
-func (h *BudgetHolder) SetRecalls(f func(context.Context) ([]string, error)) {
+// is not using, that another node is short of it, and that a budget
+// changed: a stale read of the ledger's Escrow view (revs nil from a
+// ledger that keeps no revisions). Call it before Run.
+func (h *BudgetHolder) SetRecalls(f func(context.Context) (recalls []string, revs map[string]int64, err error)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.recalls = f

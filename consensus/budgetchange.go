@@ -23,6 +23,23 @@ package consensus
 // more than what was reserved, and what was spent and not yet known to
 // the node, when the node learned of the change.
 
+// VersionBudgetRevisions is the ledger version from which budgets have
+// revisions and a change carries leases (below it, a change only sets
+// the limit of the current period's books, as older voters do).
+const VersionBudgetRevisions = 2
+
+// updateLimits applies an account's budget (a tenant's or a key's) to
+// its current period's books, as ledgers before budget revisions did
+// for every command that set one (from version 2 budgetChanged does).
+func (l *Ledger) updateLimits(account string, now int64) {
+	if l.s.Version >= VersionBudgetRevisions {
+		return
+	}
+	if bud := l.budgetOf(account); bud != nil {
+		l.books(account, bud, now).Limit = bud.Limit
+	}
+}
+
 // changesBudgets reports whether a command of type typ may change an
 // account's budget.
 func changesBudgets(typ string) bool {
@@ -124,9 +141,9 @@ func (l *Ledger) carry(k, into string) {
 	}
 }
 
-// settleTo is where spend reported on b's leases is settled: b itself,
-// or the books it carries into (nil when the account has no budget any
-// more).
+// settleTo is where spend reported on b's leases is settled once their
+// nodes learned of the change: b itself, or the books it carries into
+// (nil when the account has no budget any more).
 func (b *Books) settleTo() *Books {
 	if b.Carry == "" {
 		return b
@@ -134,18 +151,37 @@ func (b *Books) settleTo() *Books {
 	return b.carryTo
 }
 
-// settle records that le, a lease of b, has spent spent in all, of which
-// before (if set) was spent before its node learned that the budget
-// changed: that part stays in b, and the rest is settled where b's
-// leases now count.
+// forfeitTo is where the escrow of le, a lease of b, is written off: the
+// books it carries into once its node had learned of the change (what it
+// held then was reserved under the new budget), else b.
+func (b *Books) forfeitTo(le *Lease) *Books {
+	if le.Before == nil {
+		return b
+	}
+	return b.settleTo()
+}
+
+// settle records that le, a lease of b, has spent spent in all. Of a
+// lease whose books no longer count, what its node spent before it
+// learned that the budget changed (UsageItem.Before; all of it while the
+// node has not said) was spent under the old budget and stays in b; the
+// rest, what was reserved when it learned, is settled where b's leases
+// now count.
 func (b *Books) settle(le *Lease, spent Nanos, before *Nanos) {
+	if before != nil && le.Before == nil && b.Carry != "" {
+		v := *before
+		le.Before = &v
+	}
 	d := spent - le.Spent
 	if d <= 0 {
 		return
 	}
 	dst := b.settleTo()
-	if dst != b && before != nil {
-		kept := min(max(*before-le.Spent, 0), d)
+	if dst != b {
+		kept := d // the node has not learned yet
+		if le.Before != nil {
+			kept = min(max(*le.Before-le.Spent, 0), d)
+		}
 		b.Settled += kept
 		d -= kept
 	}

@@ -44,6 +44,7 @@ type testHold struct {
 func newBudgetWorld(t *testing.T, seed uint64, nodes int) *budgetWorld {
 	w := &budgetWorld{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 33)), now: time.Date(2026, 12, 5, 23, 0, 0, 0, time.UTC),
 		l: NewLedger(), bound: map[string]Nanos{}}
+	w.cmd(CmdSetVersion, SetVersion{Version: VersionBudgetRevisions})
 	w.cmd(CmdPutTenant, Tenant{Name: "acme", KeySHA256: []string{testHash}, Budget: &Budget{Limit: NanosPerUSD / 100, Period: PeriodDay}})
 	w.bound["acme/"+w.period(PeriodDay)] = NanosPerUSD / 100
 	for i := range nodes {

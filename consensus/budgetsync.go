@@ -33,7 +33,7 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		// reservation under way settles into it and must be reported.
 		done := retiring && l.inflight == 0
 		var cp, before *Nanos
-		if l.stale || l.carried {
+		if (l.stale || l.carried) && h.version >= VersionBudgetRevisions {
 			// The budget changed: what was spent when the node learned
 			// of it stays in the old books, should they no longer count.
 			b := l.before
@@ -104,7 +104,7 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	if h.epoch != 0 && r.Sync.Epoch != h.epoch {
 		return fmt.Errorf("ledger: epoch %d is not this boot's (%d)", r.Sync.Epoch, h.epoch)
 	}
-	h.epoch = r.Sync.Epoch
+	h.epoch, h.version = r.Sync.Epoch, r.Sync.Version
 	h.absorb(r.Sync, now, c)
 	h.synced = true
 	h.prefetched = h.prefetched || knewBudgeted

@@ -347,6 +347,7 @@ func (l *Ledger) setKey(cmd Command) Result {
 	if err := t.putKey(k); err != nil {
 		return fail(err)
 	}
+	l.updateLimits(KeyAccount(t.Name, k.ID()), cmd.Time)
 	return Result{}
 }
 
@@ -441,6 +442,9 @@ func (l *Ledger) seedKeys(cmd Command) Result {
 		}
 	}
 	t.Keys = next.Keys
+	for _, k := range t.Keys {
+		l.updateLimits(KeyAccount(t.Name, k.ID()), cmd.Time)
+	}
 	return Result{}
 }
 

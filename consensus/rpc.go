@@ -203,7 +203,7 @@ func (c *Client) rates(ctx context.Context, node string, boot int64, demands []D
 }
 
 // Read returns a JSON view of the ledger: "books", "tenants", "rates",
-// "recalls", "peers", "version" (the agreed ledger version, a number) or
+// "recalls", "escrow" (EscrowView), "peers", "version" (the agreed ledger version, a number) or
 // a SpendQuery's (SpendQuery.Encode). Linearizable reads are served by
 // the leader after a barrier; stale ones by this node's replica, or any
 // voter's for a non-voter. It reports which it was.
@@ -249,6 +249,8 @@ func (s *Server) view(what string, linearizable bool) ([]byte, error) {
 		err = read(func(l *Ledger) { v = l.Shares() })
 	case "recalls":
 		err = read(func(l *Ledger) { v = l.Recalls() })
+	case "escrow":
+		err = read(func(l *Ledger) { v = l.Escrow() })
 	case "peers":
 		v, err = s.Peers()
 	case "version":

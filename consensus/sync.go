@@ -292,6 +292,23 @@ func (l *Ledger) syncResult(node string, now int64, exhausted []string) *SyncRes
 	return r
 }
 
+// EscrowView is what a node holding escrow it is not using polls the
+// ledger for: the accounts some node is short of escrow for (Recalls),
+// and every budget's revision, by account (Budget.Rev).
+type EscrowView struct {
+	Recalls []string         `json:"recalls"`
+	Revs    map[string]int64 `json:"revs"`
+}
+
+// Escrow returns the EscrowView as of the last command applied.
+func (l *Ledger) Escrow() EscrowView {
+	revs := map[string]int64{}
+	for a, b := range l.budgetIndex() {
+		revs[a] = b.Rev
+	}
+	return EscrowView{Recalls: l.Recalls(), Revs: revs}
+}
+
 // Recalls returns the tenants whose books a node was short of escrow on
 // lately (as of the last command applied), sorted: nodes holding escrow
 // of theirs they are not using give it back.

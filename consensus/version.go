@@ -48,8 +48,8 @@ type SetVersion struct {
 func commandVersion(cmd Command) int {
 	switch cmd.Type {
 	case CmdSetBudget, CmdAddKey, CmdRevokeKey, CmdSeedRate, CmdPutRate, CmdForfeit, CmdRateMark, CmdRateHandover:
-		// This wave's budget revisions make some set_budget commands 2:
-		// test their fields here.
+		// (From version 2 a budget changed carries its leases, but that
+		// is what the state machine of that version does, not a field.)
 		return 0
 	case CmdSeedTenant, CmdPutTenant:
 		var t Tenant
@@ -58,8 +58,6 @@ func commandVersion(cmd Command) int {
 		}
 		return 0
 	case CmdSync:
-		// This wave's spend-journal recovery makes some syncs 2: test
-		// its fields here.
 		var c SyncCmd
 		if json.Unmarshal(cmd.Body, &c) != nil {
 			return 0
@@ -71,6 +69,9 @@ func commandVersion(cmd Command) int {
 		for _, u := range c.Usage {
 			if u.Cap != nil {
 				v = max(v, 1)
+			}
+			if u.Before != nil {
+				v = max(v, VersionBudgetRevisions)
 			}
 		}
 		for _, w := range c.Want {

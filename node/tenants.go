@@ -128,6 +128,7 @@ func (n *Node) applyAdmin(w http.ResponseWriter, r *http.Request, typ string, bo
 	case res.Err != "":
 		n.writeError(w, &route.InvalidRequestError{Msg: res.Err})
 	default:
+		n.ledger.RefreshTenants() // the change holds here within a read of the leader
 		writeJSON(w, http.StatusOK, ok)
 	}
 }

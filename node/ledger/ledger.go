@@ -58,6 +58,9 @@ type Ledger struct {
 	// time they change.
 	setTenants func([]consensus.Tenant)
 	members    membership
+	// refresh asks the tenant refresh to read the ledger now, through
+	// the leader (RefreshTenants).
+	refresh chan struct{}
 
 	cancel context.CancelFunc
 	loops  sync.WaitGroup
@@ -86,7 +89,8 @@ type Deps struct {
 // configuration (s.Ledger set) and its catalog at start-up; it opens
 // nothing: Listen and Run do.
 func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
-	l := &Ledger{name: s.Name, log: d.Log, setTenants: d.SetTenants, configBudgeted: map[string]bool{}, now: d.Now, fileTenants: s.Tenants}
+	l := &Ledger{name: s.Name, log: d.Log, setTenants: d.SetTenants, configBudgeted: map[string]bool{}, now: d.Now, fileTenants: s.Tenants,
+		refresh: make(chan struct{}, 1)}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -129,14 +133,20 @@ func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
 	l.budgets.SetAdmission(s.AdmissionQueue)
 	l.spend = consensus.NewSpendTally()
 	l.budgets.SetSpend(l.spend)
-	l.budgets.SetRecalls(func(ctx context.Context) ([]string, error) {
-		b, _, err := l.client.Read(ctx, "recalls", false)
-		if err != nil {
-			return nil, err
+	l.budgets.SetRecalls(func(ctx context.Context) ([]string, map[string]int64, error) {
+		b, _, err := l.client.Read(ctx, "escrow", false)
+		if err == nil {
+			var v consensus.EscrowView
+			err = json.Unmarshal(b, &v)
+			return v.Recalls, v.Revs, err
+		}
+		// A voter older than the escrow view: recalls only.
+		if b, _, err = l.client.Read(ctx, "recalls", false); err != nil {
+			return nil, nil, err
 		}
 		var tenants []string
 		err = json.Unmarshal(b, &tenants)
-		return tenants, err
+		return tenants, nil, err
 	})
 	nodes := func() int {
 		if d.Mesh == nil {
@@ -216,10 +226,13 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 	wait := time.Duration(0) // at once, then every TenantRefresh (faster until known)
 	var last []byte          // the tenants last read: unchanged, nothing is rebuilt
 	for {
+		linearizable := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-l.refresh:
+			linearizable = true // after a change made here: read it back
 		}
 		wait = TenantRefresh
 		if *l.budgeted.Load() == nil {
@@ -232,7 +245,7 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		b, _, err := l.client.Read(rctx, "tenants", false)
+		b, _, err := l.client.Read(rctx, "tenants", linearizable)
 		cancel()
 		if err != nil || bytes.Equal(b, last) {
 			continue
@@ -267,6 +280,16 @@ func (l *Ledger) refreshTenants(ctx context.Context) {
 		l.budgets.SetRevs(revs)
 		l.policies.Store(&pol)
 		l.setTenants(ts)
+	}
+}
+
+// RefreshTenants has the node read the ledger's tenants now, through the
+// leader: an operator's change made through this node (a budget, a key)
+// holds here at once, not at the next refresh. It never blocks.
+func (l *Ledger) RefreshTenants() {
+	select {
+	case l.refresh <- struct{}{}:
+	default:
 	}
 }
 
