@@ -18,6 +18,7 @@ type waiter struct {
 	upper  Nanos
 	prio   int
 	seq    uint64
+	needs  bool          // its upper bound counts in what the node asks for
 	done   chan struct{} // closed once hold or err is set
 	hold   *Hold
 	err    error
@@ -93,6 +94,9 @@ func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, 
 	}
 	h.waitSeq++
 	w := &waiter{tenant: tenant, upper: upper, prio: prio, seq: h.waitSeq, done: make(chan struct{})}
+	// A request the escrow covers waits only for the journal's next
+	// record (a few milliseconds): it asks the ledger for nothing.
+	w.needs = !h.coveredLocked(tenant, upper, now)
 	i, _ := slices.BinarySearchFunc(h.waiting, w, func(a, b *waiter) int {
 		if a.prio != b.prio {
 			return a.prio - b.prio
@@ -100,8 +104,10 @@ func (h *BudgetHolder) Reserve(ctx context.Context, tenant string, usd float64, 
 		return int(a.seq - b.seq)
 	})
 	h.waiting = slices.Insert(h.waiting, i, w)
-	h.need[tenant] += upper
-	h.kickLocked()
+	if w.needs {
+		h.need[tenant] += upper
+		h.kickLocked()
+	}
 	h.mu.Unlock()
 
 	timer := time.NewTimer(until.Sub(now))
@@ -147,7 +153,11 @@ func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*Ho
 		return nil, nil // the budget changed: wait for the ledger's view of it
 	}
 	if l != nil && !h.closing && now.Before(l.expires) && l.free() >= upper {
+		if !h.underCeilingLocked(l, upper) {
+			return nil, nil // the journal's next record lets it
+		}
 		l.inflight += upper
+		l.reservedCum += upper
 		l.largest = max(l.largest, upper)
 		l.peak = max(l.peak, l.inflight)
 		l.lastUse = now
@@ -159,6 +169,13 @@ func (h *BudgetHolder) tryLocked(tenant string, upper Nanos, now time.Time) (*Ho
 			ErrBudgetExceeded, DescribeAccount(tenant), max(l.headroom, 0), l.period, upper)
 	}
 	return nil, nil
+}
+
+// coveredLocked reports whether tenant's escrow here covers upper, its
+// journal's ceiling aside.
+func (h *BudgetHolder) coveredLocked(tenant string, upper Nanos, now time.Time) bool {
+	l := h.leases[tenant]
+	return l != nil && !l.stale && !h.closing && now.Before(l.expires) && l.free() >= upper
 }
 
 // serveLocked serves waiting requests the escrow now covers, or refuses
@@ -185,7 +202,9 @@ func (h *BudgetHolder) serveLocked(now time.Time) {
 			continue
 		}
 		w.hold, w.err = hold, err
-		h.need[w.tenant] -= w.upper
+		if w.needs {
+			h.need[w.tenant] -= w.upper
+		}
 		close(w.done)
 	}
 	clear(h.waiting[len(kept):])
@@ -201,6 +220,9 @@ func (h *BudgetHolder) serveLocked(now time.Time) {
 func (h *BudgetHolder) dropWaiterLocked(w *waiter) {
 	if i := slices.Index(h.waiting, w); i >= 0 {
 		h.waiting = slices.Delete(h.waiting, i, i+1)
+		if !w.needs {
+			return
+		}
 		if h.need[w.tenant] -= w.upper; h.need[w.tenant] <= 0 {
 			delete(h.need, w.tenant)
 		}

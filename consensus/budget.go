@@ -71,6 +71,13 @@ type BudgetHolder struct {
 	// revs are the accounts' budget revisions as the node last read the
 	// ledger's tenants (SetRevs); nil: not read.
 	revs map[string]int64
+	// journalKick asks the journal for a record now (EnableJournal);
+	// nil: no journal, no ceilings. journaled is each lease as the last
+	// record held it; recovery is what the journal held at start, for
+	// the first sync.
+	journalKick func()
+	journaled   map[*localLease]JournalLease
+	recovery    *Recovery
 }
 
 type localLease struct {
@@ -95,16 +102,22 @@ type localLease struct {
 	// read, or the lease's books carried): nothing more is reserved
 	// from the lease, which gives back what is not reserved at the next
 	// sync; before is what it had spent when the node learned so.
-	rev       int64
-	stale     bool
-	before    Nanos
-	carried   bool      // the ledger recalled it: given back once settled
-	lastUse   time.Time // the last reservation on this lease, or its grant
-	largest   Nanos     // largest reservation seen, to size top-ups
-	peak      Nanos     // most reserved at once since the last sync
-	rate      float64   // spend per second, a moving average
-	rateAt    time.Time
-	rateSpent Nanos
+	rev     int64
+	stale   bool
+	before  Nanos
+	carried bool // the ledger recalled it: given back once settled
+	// The journal's counters (budgetjournal.go): upper bounds reserved
+	// and settled, cumulative; the ceiling on reservedCum the journal
+	// made durable; reservedCum when the pace was last measured, and
+	// when.
+	reservedCum, settledUp, ceiling, lastCum Nanos
+	lastAt                                   time.Time
+	lastUse                                  time.Time // the last reservation on this lease, or its grant
+	largest                                  Nanos     // largest reservation seen, to size top-ups
+	peak                                     Nanos     // most reserved at once since the last sync
+	rate                                     float64   // spend per second, a moving average
+	rateAt                                   time.Time
+	rateSpent                                Nanos
 }
 
 func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }
@@ -162,6 +175,7 @@ func (e *Hold) Settle(usd float64) {
 	}
 	h.mu.Lock()
 	e.l.inflight -= e.upper
+	e.l.settledUp += e.upper
 	e.l.spent += RoundNanos(usd)
 	if e.l.exact(h.now()) {
 		h.kickLocked() // report the spend and give back what is free

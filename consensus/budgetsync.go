@@ -72,6 +72,9 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 	}
 	h.seq++
 	c.Seq, c.Epoch, c.Boot = h.seq, h.epoch, h.boot
+	if h.epoch == 0 {
+		c.Recover = h.recovery // the journal's account of the last boot
+	}
 	knewBudgeted := h.budgeted() != nil
 	h.mu.Unlock()
 
@@ -105,6 +108,7 @@ func (h *BudgetHolder) sync(ctx context.Context, release bool) error {
 		return fmt.Errorf("ledger: epoch %d is not this boot's (%d)", r.Sync.Epoch, h.epoch)
 	}
 	h.epoch, h.version = r.Sync.Epoch, r.Sync.Version
+	h.recovery = nil // told: the ledger settled the last boot's leases
 	h.absorb(r.Sync, now, c)
 	h.synced = true
 	h.prefetched = h.prefetched || knewBudgeted
@@ -298,10 +302,14 @@ func (h *BudgetHolder) absorb(r *SyncResult, now time.Time, sent SyncCmd) {
 	}
 	// What waiting requests need stays asked for until they are served.
 	for _, w := range h.waiting {
-		h.need[w.tenant] = 0
+		if w.needs {
+			h.need[w.tenant] = 0
+		}
 	}
 	for _, w := range h.waiting {
-		h.need[w.tenant] += w.upper
+		if w.needs {
+			h.need[w.tenant] += w.upper
+		}
 	}
 	h.forgetReleasedLocked(sent)
 	live := map[*localLease]bool{}

@@ -41,6 +41,9 @@ type RateHolder struct {
 	// report: renewals say what was sent (ReportUsage); seq numbers them.
 	report bool
 	seq    uint64
+	// journalKick asks the journal for a record now (EnableJournal); nil:
+	// no journal, no ceilings.
+	journalKick func()
 }
 
 type rateShare struct {
@@ -56,6 +59,16 @@ type rateShare struct {
 	// way or failed, the share to what was sent then (ReportUsage).
 	frozen             bool
 	frozenRPM, frozenT float64
+	// The journal's counters (ratejournal.go): requests and tokens
+	// taken, cumulative, the ceilings on them the journal made durable,
+	// what the last record held, the most tokens one take took, and what
+	// was taken when the pace was last measured, and when.
+	taken, ceilReq, lastTaken  int64
+	tokTaken, ceilTok, lastTok float64
+	maxTok                     float64
+	paceTaken                  int64
+	paceTok                    float64
+	paceAt                     time.Time
 }
 
 // RateSlack is what a node adds to a provider's one-minute window when
@@ -156,7 +169,13 @@ func (h *RateHolder) checkLocked(provider string, tokens int, now time.Time, tak
 		}
 		return false, wait
 	}
+	if !h.underCeilingLocked(s, tokens) {
+		return false, journalWait
+	}
 	if take {
+		s.taken++
+		s.tokTaken += float64(tokens)
+		s.maxTok = max(s.maxTok, float64(tokens))
 		s.sent = append(s.sent, now)
 		s.tokens = append(s.tokens, tokenRec{at: now, n: float64(tokens)})
 		s.tokenSum += float64(tokens)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -401,12 +402,22 @@ type ShareView struct {
 	TPM      float64 `json:"tpm"`
 	// Expires is when the latest grant's lease ends (Unix ns).
 	Expires int64 `json:"expires"`
+	// CommittedRPM and CommittedTPM are what the holder counts against
+	// the capacity now: what it may have sent in a window reaching past
+	// the ledger's time. Ghost marks an earlier boot's grants (the node
+	// restarted without its journal): capacity nobody can use until
+	// they lapse.
+	CommittedRPM float64 `json:"committed_rpm"`
+	CommittedTPM float64 `json:"committed_tpm"`
+	Ghost        bool    `json:"ghost,omitempty"`
 }
 
 // Shares returns the latest grant of every holder, sorted by provider
 // then node; an earlier boot's grants are named node#boot.
 func (l *Ledger) Shares() []ShareView {
 	out := []ShareView{}
+	now := l.s.Time
+	window := defaultRateWindow + int64(RateSlack)
 	for _, p := range sortedKeys(l.s.Shares) {
 		rb := l.s.Shares[p]
 		for _, n := range sortedKeys(rb.Holders) {
@@ -415,7 +426,10 @@ func (l *Ledger) Shares() []ShareView {
 				continue
 			}
 			g := h.Grants[len(h.Grants)-1]
-			out = append(out, ShareView{Provider: p, Node: n, RPM: g.RPM, TPM: g.TPM, Expires: g.Expires})
+			out = append(out, ShareView{Provider: p, Node: n, RPM: g.RPM, TPM: g.TPM, Expires: g.Expires,
+				CommittedRPM: committed(h, now, window, func(r rateGrant) float64 { return r.RPM }),
+				CommittedTPM: committed(h, now, window, func(r rateGrant) float64 { return r.TPM }),
+				Ghost:        strings.Contains(n, "#")})
 		}
 	}
 	return out

@@ -44,6 +44,15 @@ func NewClient(node string, server *Server, membership Membership, auth PeerAuth
 	return &Client{node: node, boot: time.Now().UnixNano(), server: server, membership: membership, auth: auth, conns: map[string]*grpc.ClientConn{}}
 }
 
+// Boot is the boot the client renews rate shares under.
+func (c *Client) Boot() int64 { return c.boot }
+
+// SetBoot has the client renew rate shares under the boot of an earlier
+// process of this node, whose spend journal said what it sent: the
+// ledger then takes this process for that holder, not a new one beside
+// its ghost. Call it before the first renewal.
+func (c *Client) SetBoot(boot int64) { c.boot = boot }
+
 // PeerAuth is how a node proves itself to its peers' gRPC servers: a
 // shared token, mutual TLS, or both.
 type PeerAuth struct {

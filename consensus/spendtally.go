@@ -119,3 +119,22 @@ func (t *SpendTally) Ack(seq uint64) {
 	defer t.mu.Unlock()
 	t.sent = slices.DeleteFunc(t.sent, func(r SpendReport) bool { return r.Seq <= seq })
 }
+
+// Journal returns what a node's spend journal keeps of the tally: every
+// report not acknowledged, and what was charged since as the report it
+// would seal next (not sealed: the tally is unchanged). A node restarted
+// after a crash sends them under its last boot's numbers
+// (BudgetHolder.Recover), so that what its journal held is attributed
+// once.
+func (t *SpendTally) Journal() []SpendReport {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := slices.Clone(t.sent)
+	if len(t.open) > 0 {
+		open, seq := t.open, t.seq
+		r := t.sealLocked()
+		t.open, t.seq = open, seq
+		out = append(out, r)
+	}
+	return out
+}

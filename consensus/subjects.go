@@ -164,9 +164,12 @@ func (h *RateHolder) Pending(name string, tokens int, now time.Time) bool {
 		return false
 	case !now.Before(s.expires):
 		return !h.noVoters()
-	case !s.frozen:
-		return false
 	}
 	s.trim(now, h.window)
-	return float64(len(s.sent)) < s.rpm && s.tokenSum+float64(tokens) <= s.tpm
+	if float64(len(s.sent)) >= s.rpm || s.tokenSum+float64(tokens) > s.tpm {
+		return false // the share is used
+	}
+	// It would admit, but for a renewal under way or the journal's next
+	// record.
+	return s.frozen || h.journalKick != nil && (s.taken+1 > s.ceilReq || s.tokTaken+float64(tokens) > s.ceilTok)
 }

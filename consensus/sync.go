@@ -71,6 +71,11 @@ type SyncCmd struct {
 	// Spend is what the node charged and the ledger has not acknowledged
 	// (every tenant's, budgeted or not), in reports oldest first.
 	Spend []SpendReport `json:"spend,omitempty"`
+	// Recover, in a new boot's first sync (Epoch 0), is what the node's
+	// spend journal says of its last boot: the ledger settles that
+	// boot's leases at what they may have spent and takes the rest of
+	// their escrow back, instead of writing it all off (recover.go).
+	Recover *Recovery `json:"recover,omitempty"`
 }
 
 // UsageItem is the cumulative spend on one lease.
@@ -177,11 +182,13 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 		return r
 	case c.Epoch == 0:
 		// A new boot: a new epoch, after every epoch the ledger has seen
-		// of the node; what older ones hold is written off.
+		// of the node; what older ones hold is settled at what the
+		// node's journal says they may have spent, or else written off.
 		epoch := now
 		if seq != nil {
 			epoch = max(epoch, seq.Epoch+1)
 			old := seq.Epoch
+			l.recoverBoot(c.Node, seq, c.Recover, now)
 			l.forfeit(c.Node, func(le *Lease) bool { return le.Epoch <= old })
 		}
 		seq = &nodeSeq{Boot: c.Boot, Epoch: epoch}

@@ -66,6 +66,9 @@ func commandVersion(cmd Command) int {
 		if len(c.Spend) > 0 {
 			v = 1
 		}
+		if c.Recover != nil {
+			v = VersionJournal
+		}
 		for _, u := range c.Usage {
 			if u.Cap != nil {
 				v = max(v, 1)

@@ -104,6 +104,7 @@ func TestCommandVersion(t *testing.T) {
 		{CmdSync, SyncCmd{Node: "a", Usage: []UsageItem{{Tenant: "acme", Cap: &capped}}}, 1},
 		{CmdSync, SyncCmd{Node: "a", Want: []WantItem{{Tenant: "acme", Amount: 2, Need: 1}}}, 1},
 		{CmdSync, SyncCmd{Node: "a", Spend: []SpendReport{{Seq: 1}}}, 1},
+		{CmdSync, SyncCmd{Node: "a", Recover: &Recovery{Boot: 1, Epoch: 2}}, 2},
 		{CmdSync, SyncCmd{Node: "a", Usage: []UsageItem{{Tenant: "acme", Spent: 2, Before: &capped}}}, 2},
 		{CmdRates, RatesCmd{Node: "a"}, 1},
 		{CmdSetKey, SetKey{Tenant: "acme", Key: h, RPM: &rpm}, 1},

@@ -232,6 +232,26 @@ func (n *Node) budgets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, views.Budgets{Consistency: consistency, Budgets: out})
 }
 
+// shares serves GET /v1/mesh/shares?consistency=linearizable|stale
+// (default linearizable): every holder's rate share as the ledger records
+// it, and what it counts against the capacity now.
+func (n *Node) shares(w http.ResponseWriter, r *http.Request) {
+	var shares []consensus.ShareView
+	gotLin, ok := n.readLedgerView(w, r, "shares", r.URL.Query().Get("consistency") != "stale", &shares)
+	if !ok {
+		return
+	}
+	out := views.Shares{Shares: []views.ShareInfo{}, Consistency: "stale"}
+	if gotLin {
+		out.Consistency = "linearizable"
+	}
+	for _, s := range shares {
+		out.Shares = append(out.Shares, views.ShareInfo{Provider: s.Provider, Node: s.Node, RPM: s.RPM, TPM: s.TPM,
+			Expires: time.Unix(0, s.Expires), CommittedRPM: s.CommittedRPM, CommittedTPM: s.CommittedTPM, Ghost: s.Ghost})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // readLedgerView reads one of the ledger's views (through the leader when
 // linearizable) into v, or answers the error; gotLin says whether the
 // read was linearizable.

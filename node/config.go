@@ -27,6 +27,7 @@ type (
 	OutlierSection  = config.OutlierSection
 	ProbesSection   = config.ProbesSection
 	AuditSection    = config.AuditSection
+	JournalSection  = config.JournalSection
 	TracingSection  = config.TracingSection
 	CacheSection    = config.CacheSection
 	Duration        = config.Duration

@@ -66,6 +66,9 @@ func baseConfig() *node.Config {
 		Probes: node.ProbesSection{Disabled: true},
 		// The audit trail is tested on its own, with a directory of its own.
 		Audit: node.AuditSection{Disabled: true},
+		// A node given a data directory of its own keeps a spend journal
+		// there (startNodeBy, startMeshWith); one on /nonexistent none.
+		Journal: node.JournalSection{Disabled: true},
 	}
 }
 
@@ -164,6 +167,7 @@ func startNodeBy(t testing.TB, ups []upstream, edit func(*node.Config), start fu
 	if edit != nil {
 		edit(f.cfg)
 	}
+	f.cfg.Journal.Disabled = f.cfg.Node.DataDir == "/nonexistent"
 	n := start(t, f.cfg, node.Options{Getenv: func(k string) string { return env[k] }})
 	f.node = n
 	f.url = "http://" + n.HTTPAddr()

@@ -45,6 +45,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/mesh/budgets/{tenant}", n.only(http.MethodPut, n.admin(n.setBudget)))
 	mux.HandleFunc("/v1/mesh/budgets/forfeit", n.only(http.MethodPost, n.admin(n.forfeit)))
 	mux.HandleFunc("/v1/mesh/spend", n.only(http.MethodGet, n.admin(n.spendHandler)))
+	mux.HandleFunc("/v1/mesh/shares", n.only(http.MethodGet, n.admin(n.shares)))
 	mux.HandleFunc("/v1/mesh/raft/peers", n.only(http.MethodGet, n.admin(n.raftPeers)))
 	mux.HandleFunc("/v1/mesh/status", n.only(http.MethodGet, n.admin(n.status)))
 	mux.HandleFunc("/v1/mesh/drain", n.only(http.MethodPost, n.admin(n.drain)))

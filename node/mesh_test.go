@@ -48,6 +48,7 @@ func startMeshWith(t *testing.T, n int, ups []upstream, edit func(i int, c *node
 		if edit != nil {
 			edit(i, cfg)
 		}
+		cfg.Journal.Disabled = cfg.Node.DataDir == "/nonexistent"
 		cfgs = append(cfgs, cfg)
 	}
 	m.nodes = harness.StartMesh(t, cfgs, func(i int) node.Options {

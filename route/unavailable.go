@@ -27,9 +27,20 @@ func pendingShare(q QuotaGate, provider string, tokens int, now time.Time) bool 
 	return ok && la.Pending(provider, tokens, now)
 }
 
+// renewer is a QuotaGate that can be asked to renew its shares now: a
+// request finds one spent, and the division should follow demand sooner
+// than the next renewal.
+type renewer interface{ Kick() }
+
 // skipQuota leaves out a provider the node's rate share does not admit,
-// saying whether the share is used or not granted yet.
+// saying whether the share is used or not granted yet, and asks for a
+// renewal: the request waits for it (limits.admission_wait), and a share
+// too small for what arrives here is the mesh's to fix, not the
+// client's.
 func (plan *Plan) skipQuota(q QuotaGate, provider string, tokens int, wait time.Duration, now time.Time) {
+	if r, ok := q.(renewer); ok {
+		r.Kick()
+	}
 	if pendingShare(q, provider, tokens, now) {
 		plan.Skipped = append(plan.Skipped, Skip{Provider: provider, Reason: "no rate share granted to this node yet", RetryIn: wait, Lease: true})
 		return

@@ -28,6 +28,8 @@ type File struct {
 	Probes    ProbesSection     `yaml:"probes"`
 	Tracing   TracingSection    `yaml:"tracing"`
 	Audit     AuditSection      `yaml:"audit"`
+	// Journal is the spend journal, in the data directory by default.
+	Journal JournalSection `yaml:"journal"`
 	// Cache is the exact-match response cache, off by default.
 	Cache CacheSection `yaml:"cache"`
 }
@@ -315,6 +317,14 @@ type AuditSection struct {
 	Dir       string `yaml:"dir"`         // default DATA_DIR/audit
 	MaxFileMB int    `yaml:"max_file_mb"` // default 64
 	Disabled  bool   `yaml:"disabled"`    // no audit trail at all
+}
+
+// JournalSection places the spend journal: what a node restarted with
+// its data recovers of its escrow, rate shares and spend attribution.
+type JournalSection struct {
+	Dir      string   `yaml:"dir"`      // default DATA_DIR/journal
+	Flush    Duration `yaml:"flush"`    // the longest a change waits to be written; default 100ms
+	Disabled bool     `yaml:"disabled"` // no journal: a crashed node's escrow is written off
 }
 
 // TracingSection sends a span per request to an OpenTelemetry collector

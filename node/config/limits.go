@@ -145,3 +145,27 @@ func resolveAudit(c *File, _ Env, s *Runtime, p *problems) {
 		s.AuditMaxBytes = int64(a.MaxFileMB) << 20
 	}
 }
+
+// resolveJournal places the spend journal: DATA_DIR/journal by default,
+// nowhere when disabled.
+func resolveJournal(c *File, _ Env, s *Runtime, p *problems) {
+	j := &c.Journal
+	if j.Disabled {
+		if j.Dir != "" {
+			p.bad("journal.dir", "is set but journal.disabled is true: remove one")
+		}
+		return
+	}
+	s.JournalDir, s.JournalFlush = j.Dir, 100*time.Millisecond
+	if s.JournalDir == "" {
+		s.JournalDir = filepath.Join(c.Node.DataDir, "journal")
+	}
+	switch f := time.Duration(j.Flush); {
+	case f < 0:
+		p.bad("journal.flush", "must not be negative")
+	case f > time.Second:
+		p.bad("journal.flush", "%s is longer than the request path may run ahead of the disk; at most 1s", f)
+	case f > 0:
+		s.JournalFlush = f
+	}
+}

@@ -99,6 +99,7 @@ func DemoConfig(name, region string) *File {
 	c := DevConfig()
 	c.Node.Name, c.Node.Region = name, region
 	c.Node.BootstrapExpect, c.Node.DataDir = 3, "/nonexistent"
+	c.Journal.Disabled = true // a ledger in memory forgets what a journal would tell it
 	c.Regions = append(c.Regions, RegionSection{Name: "ap-south", Jurisdiction: "ap"})
 	mini := func(deployment string) []ModelSection {
 		return []ModelSection{{Name: "gpt-4o-mini", Deployment: deployment, InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}

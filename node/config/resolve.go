@@ -24,7 +24,7 @@ func Resolve(c *File, env Env) (*Runtime, error) {
 		resolveNode, resolveRegions, resolvePeers, resolveGossip, resolveTLS, resolveRaft,
 		resolveProviders, resolveGroups, resolveTenants,
 		resolveLimits, resolveTimeouts, resolveDrain, resolveOutlier, resolveLedger,
-		resolveProbes, resolveTracing, resolveAudit, checkGossipKeys, resolveCache,
+		resolveProbes, resolveTracing, resolveAudit, resolveJournal, checkGossipKeys, resolveCache,
 	} {
 		resolve(c, env, s, &p)
 	}

@@ -87,6 +87,10 @@ type Runtime struct {
 	// AuditMaxBytes is the size a file is rotated at.
 	AuditDir      string
 	AuditMaxBytes int64
+	// JournalDir is where the spend journal is kept, "" for none;
+	// JournalFlush the longest a change waits to be written.
+	JournalDir   string
+	JournalFlush time.Duration
 	// Cache is the response cache's settings.
 	Cache Cache
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/llmesh/llmesh/consensus"
 	"github.com/llmesh/llmesh/gossip"
 	"github.com/llmesh/llmesh/node/config"
+	"github.com/llmesh/llmesh/node/journal"
 	"github.com/llmesh/llmesh/region"
 	"github.com/llmesh/llmesh/route"
 )
@@ -44,6 +45,10 @@ type Ledger struct {
 	// spend tallies every charge this node settles, reported with the
 	// budget holder's syncs.
 	spend *consensus.SpendTally
+	// journal keeps what the holders must not forget in a crash (nil:
+	// journal.disabled); journalCfg where and how often.
+	journal    *journal.Journal
+	journalCfg journal.Config
 
 	// budgeted holds the tenants with a budget, once read from the
 	// ledger; until then it holds nil and every tenant is held to escrow.
@@ -90,7 +95,7 @@ type Deps struct {
 // nothing: Listen and Run do.
 func New(s *config.Runtime, catalog *route.Catalog, d Deps) (*Ledger, error) {
 	l := &Ledger{name: s.Name, log: d.Log, setTenants: d.SetTenants, configBudgeted: map[string]bool{}, now: d.Now, fileTenants: s.Tenants,
-		refresh: make(chan struct{}, 1)}
+		refresh: make(chan struct{}, 1), journalCfg: journal.Config{Dir: s.JournalDir, Flush: s.JournalFlush, Log: d.Log.With("component", "journal"), Now: d.Now}}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -192,9 +197,13 @@ func seedCommands(s *config.Runtime, catalog *route.Catalog) []consensus.Command
 	return out
 }
 
-// Listen opens the Raft transport (voters); it runs before the node
-// announces itself, so the announcement carries its address.
+// Listen opens the spend journal (and hands the holders what it held of
+// the node's last boot) and the Raft transport (voters); it runs before
+// the node announces itself, so the announcement carries its address.
 func (l *Ledger) Listen(ctx context.Context) error {
+	if err := l.openJournal(); err != nil {
+		return err
+	}
 	if l.server != nil {
 		if err := l.server.Start(ctx); err != nil {
 			return fmt.Errorf("node.raft: %w", err)
@@ -208,6 +217,10 @@ func (l *Ledger) Listen(ctx context.Context) error {
 func (l *Ledger) Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
+	if l.journal != nil {
+		l.journal.Start(journal.Holders{Budgets: l.budgets, Spend: l.spend, RateBoot: l.client.Boot(),
+			Rates: map[string]*consensus.RateHolder{journalProviders: l.rates, journalSubjects: l.subjects}})
+	}
 	l.loops.Go(func() { l.budgets.Run(ctx) })
 	l.loops.Go(func() { l.rates.Run(ctx) })
 	l.loops.Go(func() { l.subjects.Run(ctx) })
@@ -326,10 +339,17 @@ func (l *Ledger) Settle() {
 		l.cancel()
 	}
 	l.loops.Wait()
+	if l.journal != nil {
+		l.journal.Stop() // what the last syncs gave back
+	}
 }
 
-// Close stops Raft and the client.
+// Close stops Raft and the client, and closes the journal if Settle did
+// not.
 func (l *Ledger) Close() {
+	if l.journal != nil {
+		l.journal.Kill()
+	}
 	l.client.Close()
 	if l.server != nil {
 		_ = l.server.Shutdown()
@@ -338,6 +358,9 @@ func (l *Ledger) Close() {
 
 // Kill stops everything at once, as a crash would: escrow stays reserved.
 func (l *Ledger) Kill() {
+	if l.journal != nil {
+		l.journal.Kill() // nothing more is written, as in a crash
+	}
 	l.budgets.Crash()
 	if l.server != nil {
 		_ = l.server.Shutdown()

@@ -40,6 +40,8 @@ func nodeConfig(name, region string, providers []node.ProviderSection) *node.Con
 		// trail is node's to test.
 		Probes: node.ProbesSection{Disabled: true},
 		Audit:  node.AuditSection{Disabled: true},
+		// No data directory, no spend journal; voters get both.
+		Journal: node.JournalSection{Disabled: true},
 	}
 }
 
@@ -83,6 +85,7 @@ func startVoters(t *testing.T, providers []node.ProviderSection, edit func(c *no
 		c := nodeConfig(fmt.Sprintf("node-%d", i), []string{"eu-west", "us-east"}[i%2], providers)
 		c.Node.Gossip, c.Node.Raft, c.Node.RPC = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 		c.Node.Voter, c.Node.BootstrapExpect, c.Node.DataDir = true, 3, t.TempDir()
+		c.Journal.Disabled = false
 		if edit != nil {
 			edit(c)
 		}

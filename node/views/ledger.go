@@ -1,5 +1,7 @@
 package views
 
+import "time"
+
 // BudgetInfo is one tenant's budget period in GET /v1/mesh/budgets.
 type BudgetInfo struct {
 	Tenant        string  `json:"tenant"`
@@ -28,4 +30,21 @@ type TenantInfo struct {
 	Limits *LimitsInfo `json:"limits,omitempty"`
 	// KeySettings are the settings of the keys that have some.
 	KeySettings []KeyInfo `json:"key_settings,omitempty"`
+}
+
+// ShareInfo is one holder's share of one provider's (or key's, or
+// tenant's) mesh-wide rate in GET /v1/mesh/shares.
+type ShareInfo struct {
+	Provider string  `json:"provider"`
+	Node     string  `json:"node"` // an earlier boot's grants: node#boot
+	RPM      float64 `json:"rpm"`  // the latest grant
+	TPM      float64 `json:"tpm"`
+	// Expires is when the latest grant's lease ends.
+	Expires time.Time `json:"expires"`
+	// CommittedRPM and CommittedTPM are what the holder counts against
+	// the capacity now; Ghost marks an earlier boot's, which nobody can
+	// use until they lapse.
+	CommittedRPM float64 `json:"committed_rpm"`
+	CommittedTPM float64 `json:"committed_tpm"`
+	Ghost        bool    `json:"ghost,omitempty"`
 }

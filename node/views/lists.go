@@ -32,3 +32,10 @@ type Decisions struct {
 	Decisions []Decision `json:"decisions"`
 	Node      string     `json:"node"`
 }
+
+// Shares is GET /v1/mesh/shares: the ledger's rate shares, by provider
+// and holder.
+type Shares struct {
+	Shares      []ShareInfo `json:"shares"`
+	Consistency string      `json:"consistency"`
+}

@@ -31,8 +31,9 @@ func kitConfig(name, url string) *node.Config {
 		Tenants: []node.TenantSection{{Name: "t1", KeySHA256: []string{harness.KeySHA256(kitKey)}}},
 		Providers: []node.ProviderSection{{Name: "emu", Kind: "openai", Region: "eu-west", BaseURL: url,
 			Models: []node.ModelSection{{Name: "gpt-4o-mini", InputUSDPerMTok: 0.15, OutputUSDPerMTok: 0.60}}}},
-		Probes: node.ProbesSection{Disabled: true},
-		Audit:  node.AuditSection{Disabled: true},
+		Probes:  node.ProbesSection{Disabled: true},
+		Audit:   node.AuditSection{Disabled: true},
+		Journal: node.JournalSection{Disabled: true},
 	}
 }
 
