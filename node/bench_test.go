@@ -19,8 +19,7 @@ import (
 func benchFixture(b *testing.B) (direct, viaNode, viaProxy string, c *http.Client) {
 	b.Helper()
 	f := startNode(b, []upstream{{name: "emu", kind: "openai"}}, nil)
-	c = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	b.Cleanup(c.CloseIdleConnections)
+	c = benchClient(b)
 	u, _ := url.Parse(f.emus["emu"].URL())
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
@@ -30,6 +29,14 @@ func benchFixture(b *testing.B) (direct, viaNode, viaProxy string, c *http.Clien
 	b.Cleanup(func() { srv.Close() })
 	return f.emus["emu"].URL() + "/v1/chat/completions", f.url + "/v1/chat/completions",
 		"http://" + ln.Addr().String() + "/v1/chat/completions", c
+}
+
+// benchClient is the benchmarks' client, its idle connections closed at
+// the end.
+func benchClient(b *testing.B) *http.Client {
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.Cleanup(c.CloseIdleConnections)
+	return c
 }
 
 var (
