@@ -108,16 +108,15 @@ type localLease struct {
 	carried bool // the ledger recalled it: given back once settled
 	// The journal's counters (budgetjournal.go): upper bounds reserved
 	// and settled, cumulative; the ceiling on reservedCum the journal
-	// made durable; reservedCum when the pace was last measured, and
-	// when.
-	reservedCum, settledUp, ceiling, lastCum Nanos
-	lastAt                                   time.Time
-	lastUse                                  time.Time // the last reservation on this lease, or its grant
-	largest                                  Nanos     // largest reservation seen, to size top-ups
-	peak                                     Nanos     // most reserved at once since the last sync
-	rate                                     float64   // spend per second, a moving average
-	rateAt                                   time.Time
-	rateSpent                                Nanos
+	// made durable; the pace of reservations.
+	reservedCum, settledUp, ceiling Nanos
+	pace                            pace
+	lastUse                         time.Time // the last reservation on this lease, or its grant
+	largest                         Nanos     // largest reservation seen, to size top-ups
+	peak                            Nanos     // most reserved at once since the last sync
+	rate                            float64   // spend per second, a moving average
+	rateAt                          time.Time
+	rateSpent                       Nanos
 }
 
 func (l *localLease) free() Nanos { return l.granted - l.spent - l.inflight }

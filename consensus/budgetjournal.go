@@ -55,12 +55,21 @@ type BudgetJournal struct {
 // crash leaves at most this long of reservations unaccounted for.
 const journalAhead = 200 * time.Millisecond
 
-// ahead is journalAhead of the pace of d since the record at last (of
-// at least one second's span, so that records made at once do not
-// shrink it).
-func ahead(d float64, last, now time.Time) float64 {
-	span := max(now.Sub(last), time.Second)
-	return d * journalAhead.Seconds() / span.Seconds()
+// pace measures how fast a cumulative count grows: over the last whole
+// second, or the second under way if it is faster already.
+type pace struct {
+	at   time.Time // when the second under way began
+	base float64   // the count then
+	rate float64   // per second, over the last whole second
+}
+
+// ahead is journalAhead of the pace of count at now.
+func (p *pace) ahead(count float64, now time.Time) float64 {
+	if el := now.Sub(p.at); el >= time.Second {
+		p.rate = (count - p.base) / el.Seconds()
+		p.at, p.base = now, count
+	}
+	return max(p.rate, count-p.base) * journalAhead.Seconds()
 }
 
 // EnableJournal makes the holder reserve only within the ceilings its
@@ -107,11 +116,7 @@ func (h *BudgetHolder) Journal(full bool, now time.Time) (BudgetJournal, func())
 		// Ahead of what is reserved by a few flushes of recent demand
 		// (and room for the largest request four times over), never past
 		// what the escrow lets it reserve.
-		pace := Nanos(ahead(float64(max(l.reservedCum-l.lastCum, 0)), l.lastAt, now))
-		if now.Sub(l.lastAt) >= time.Second {
-			l.lastCum, l.lastAt = l.reservedCum, now
-		}
-		want := l.reservedCum + max(pace, 2*l.largest)
+		want := l.reservedCum + max(Nanos(l.pace.ahead(float64(l.reservedCum), now)), 2*l.largest)
 		want = min(want, l.reservedCum+max(l.free(), 0))
 		ceiling := max(l.ceiling, want)
 		rec := JournalLease{Tenant: l.tenant, Period: l.period, Spent: l.spent, SettledUp: l.settledUp, Ceiling: ceiling}

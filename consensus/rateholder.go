@@ -61,14 +61,12 @@ type rateShare struct {
 	frozenRPM, frozenT float64
 	// The journal's counters (ratejournal.go): requests and tokens
 	// taken, cumulative, the ceilings on them the journal made durable,
-	// what the last record held, the most tokens one take took, and what
-	// was taken when the pace was last measured, and when.
+	// what the last record held, the most tokens one take took, and the
+	// pace of takes.
 	taken, ceilReq, lastTaken  int64
 	tokTaken, ceilTok, lastTok float64
 	maxTok                     float64
-	paceTaken                  int64
-	paceTok                    float64
-	paceAt                     time.Time
+	reqPace, tokPace           pace
 }
 
 // RateSlack is what a node adds to a provider's one-minute window when

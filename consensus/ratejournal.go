@@ -89,11 +89,8 @@ func (h *RateHolder) Journal(full bool, now time.Time) (RateJournal, func()) {
 			continue
 		}
 		sent, toks := s.taken-s.lastTaken, s.tokTaken-s.lastTok
-		req := max(s.ceilReq, s.taken+max(int64(math.Ceil(ahead(float64(s.taken-s.paceTaken), s.paceAt, now))), 8))
-		tok := math.Max(s.ceilTok, s.tokTaken+math.Max(ahead(s.tokTaken-s.paceTok, s.paceAt, now), 2*math.Max(s.maxTok, 1)))
-		if now.Sub(s.paceAt) >= time.Second {
-			s.paceTaken, s.paceTok, s.paceAt = s.taken, s.tokTaken, now
-		}
+		req := max(s.ceilReq, s.taken+max(int64(math.Ceil(s.reqPace.ahead(float64(s.taken), now))), 8))
+		tok := math.Max(s.ceilTok, s.tokTaken+math.Max(s.tokPace.ahead(s.tokTaken, now), 2*math.Max(s.maxTok, 1)))
 		if !full && sent == 0 && toks == 0 && req == s.ceilReq && tok == s.ceilTok {
 			continue
 		}
