@@ -167,7 +167,7 @@ func (h *RateHolder) checkLocked(provider string, tokens int, now time.Time, tak
 		}
 		return false, wait
 	}
-	if !h.underCeilingLocked(s, tokens) {
+	if !h.underCeilingLocked(provider, s, tokens) {
 		return false, journalWait
 	}
 	if take {

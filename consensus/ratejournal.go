@@ -55,11 +55,22 @@ func (h *RateHolder) EnableJournal(kick func()) {
 	h.journalKick = kick
 }
 
-// underCeilingLocked reports whether s may take one request and tokens
-// more within its journal's ceilings; when not, the journal is asked for
-// a record at once.
-func (h *RateHolder) underCeilingLocked(s *rateShare, tokens int) bool {
-	if h.journalKick == nil || s.unlimited || s.taken+1 <= s.ceilReq && s.tokTaken+float64(tokens) <= s.ceilTok {
+// overCeilingLocked reports whether name's share s may not take one
+// request and tokens more within its journal's ceilings: only the
+// dimensions name has a limit in count.
+func (h *RateHolder) overCeilingLocked(name string, s *rateShare, tokens int) bool {
+	if h.journalKick == nil || s.unlimited {
+		return false
+	}
+	c := h.caps[name]
+	return c[0] > 0 && s.taken+1 > s.ceilReq || c[1] > 0 && s.tokTaken+float64(tokens) > s.ceilTok
+}
+
+// underCeilingLocked reports whether name's share s may take one request
+// and tokens more within its journal's ceilings; when not, the journal is
+// asked for a record at once.
+func (h *RateHolder) underCeilingLocked(name string, s *rateShare, tokens int) bool {
+	if !h.overCeilingLocked(name, s, tokens) {
 		return true
 	}
 	s.maxTok = max(s.maxTok, float64(tokens)) // the next ceiling makes room for it
@@ -89,8 +100,18 @@ func (h *RateHolder) Journal(full bool, now time.Time) (RateJournal, func()) {
 			continue
 		}
 		sent, toks := s.taken-s.lastTaken, s.tokTaken-s.lastTok
-		req := max(s.ceilReq, s.taken+max(int64(math.Ceil(s.reqPace.ahead(float64(s.taken), now))), 8))
-		tok := math.Max(s.ceilTok, s.tokTaken+math.Max(s.tokPace.ahead(s.tokTaken, now), 2*math.Max(s.maxTok, 1)))
+		// Ahead by the pace, and by at least a second of the share (or,
+		// before one is granted, a few requests): a first request, or
+		// one a peer spills here, need not wait for a record.
+		floorReq, floorTok := 8.0, 2*math.Max(s.maxTok, 1)
+		if !math.IsInf(s.rpm, 0) {
+			floorReq = max(floorReq, s.rpm/60)
+		}
+		if !math.IsInf(s.tpm, 0) {
+			floorTok = max(floorTok, s.tpm/60)
+		}
+		req := max(s.ceilReq, s.taken+int64(math.Ceil(max(s.reqPace.ahead(float64(s.taken), now), floorReq))))
+		tok := math.Max(s.ceilTok, s.tokTaken+math.Max(s.tokPace.ahead(s.tokTaken, now), floorTok))
 		if !full && sent == 0 && toks == 0 && req == s.ceilReq && tok == s.ceilTok {
 			continue
 		}

@@ -171,5 +171,5 @@ func (h *RateHolder) Pending(name string, tokens int, now time.Time) bool {
 	}
 	// It would admit, but for a renewal under way or the journal's next
 	// record.
-	return s.frozen || h.journalKick != nil && (s.taken+1 > s.ceilReq || s.tokTaken+float64(tokens) > s.ceilTok)
+	return s.frozen || h.overCeilingLocked(name, s, tokens)
 }

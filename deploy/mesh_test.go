@@ -299,7 +299,7 @@ func (m *composeMesh) partition(t *testing.T) {
 	}
 	t.Logf("cut off: eu-1 served acme %d/%d from gpu-eu; the other side served acme %d times, all from eu providers; initech served $%.6f, refused %d×402",
 		l.okAtEU, l.asked, l.farOK, l.served, l.refused402)
-	t.Logf("initech refused %d×429 while the rest of its budget was escrow on the other side", l.heldElsewhere)
+	t.Logf("initech refused %d×503 admission_timeout while the rest of its budget was escrow on the other side", l.heldElsewhere)
 
 	heal()
 	m.awaitMesh(90 * time.Second)
@@ -318,7 +318,7 @@ type cutLoad struct {
 	mu            sync.Mutex
 	served        float64 // what the capped tenant was served, at most
 	refused402    int
-	heldElsewhere int // 429: what is left is escrow of a node cut off
+	heldElsewhere int // 503 admission_timeout: what is left is escrow of a node cut off
 	okAtEU, asked int
 	farOK         int
 	wrong         []string
@@ -386,7 +386,7 @@ func (l *cutLoad) spend(base string) {
 		l.served += float64(cc.Usage.PromptTokens+cc.Usage.CompletionTokens) * miniPerToken
 	case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusPaymentRequired:
 		l.refused402++
-	case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests && strings.Contains(apiErr.Message, "escrow"):
+	case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusServiceUnavailable && apiErr.Code == "admission_timeout":
 		l.heldElsewhere++
 	}
 }
@@ -416,7 +416,8 @@ func (l *cutLoad) checkBudget(t *testing.T) {
 		}
 		// Pressed: spent to 402, or what is left is escrow on the other
 		// side of the cut (it stays that node's until its lease expires:
-		// the side without it waits for it, then gets 429).
+		// the side without it waits for it, then gets 503
+		// admission_timeout).
 		if l.refused402 == 0 && l.heldElsewhere == 0 {
 			t.Fatalf("the capped tenant was never refused (%+v): the test did not press its budget", b)
 		}

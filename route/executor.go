@@ -431,7 +431,7 @@ func (c *call) tryVia(i int) (bool, error) {
 		c.rateWait = minPositive(c.rateWait, a.retryAfter)
 		// The far node waited for its escrow or share itself: its 429
 		// is its answer, not one to wait out again here.
-		c.farLimited = true
+		c.farLimited = c.farLimited || !a.farLease
 	}
 	c.failed = append(c.failed, c.t.Provider()+" via "+c.t.Via+" ("+a.short()+")")
 	switch {
@@ -526,6 +526,9 @@ type attemptResult struct {
 	committed  bool          // something reached the sink
 	final      error         // stop and return this error (nothing committed)
 	retryAfter time.Duration // for OutcomeRateLimited
+	// farLease: a node forwarded to had no lease to give it in time
+	// (503 admission_timeout), which this node may wait out.
+	farLease bool
 	// answered means the provider accepted the request (200): it may bill
 	// for it even if its answer proved unusable.
 	answered bool

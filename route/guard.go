@@ -160,10 +160,13 @@ func (c *call) forward() *attemptResult {
 		return c.fail(OutcomeRateLimited, "via %s: 429 %s", t.Via, f.Code)
 	}
 	if f.Code == "admission_timeout" {
-		// The far node waited for its own escrow or share, as long as
-		// the request may: like its 429, its answer, and the mesh's
-		// slowness rather than a limit.
+		// The far node had no escrow or share to give it in time: the
+		// mesh's slowness, not a limit. Not its answer either: the far
+		// node may not have waited (a peer's request is not planned
+		// again there), so this node waits and plans again within the
+		// request's own admission_wait.
 		a.retryAfter = retryAfter(f.Header, e.now())
+		a.farLease = true
 		c.leaseWait = true
 		return c.fail(OutcomeRateLimited, "via %s: %d %s", t.Via, f.Status, f.Code)
 	}

@@ -128,16 +128,11 @@ func resolveProbes(c *File, _ Env, s *Runtime, _ *problems) {
 // nowhere when disabled.
 func resolveAudit(c *File, _ Env, s *Runtime, p *problems) {
 	a := &c.Audit
-	if a.Disabled {
-		if a.Dir != "" {
-			p.bad("audit.dir", "is set but audit.disabled is true: remove one")
-		}
+	dir, on := placeDir(p, "audit", a.Disabled, a.Dir, c.Node.DataDir)
+	if !on {
 		return
 	}
-	s.AuditDir, s.AuditMaxBytes = a.Dir, 64<<20
-	if s.AuditDir == "" {
-		s.AuditDir = filepath.Join(c.Node.DataDir, "audit")
-	}
+	s.AuditDir, s.AuditMaxBytes = dir, 64<<20
 	switch {
 	case a.MaxFileMB < 0:
 		p.bad("audit.max_file_mb", "must not be negative")
@@ -150,16 +145,11 @@ func resolveAudit(c *File, _ Env, s *Runtime, p *problems) {
 // nowhere when disabled.
 func resolveJournal(c *File, _ Env, s *Runtime, p *problems) {
 	j := &c.Journal
-	if j.Disabled {
-		if j.Dir != "" {
-			p.bad("journal.dir", "is set but journal.disabled is true: remove one")
-		}
+	dir, on := placeDir(p, "journal", j.Disabled, j.Dir, c.Node.DataDir)
+	if !on {
 		return
 	}
-	s.JournalDir, s.JournalFlush = j.Dir, 100*time.Millisecond
-	if s.JournalDir == "" {
-		s.JournalDir = filepath.Join(c.Node.DataDir, "journal")
-	}
+	s.JournalDir, s.JournalFlush = dir, 100*time.Millisecond
 	switch f := time.Duration(j.Flush); {
 	case f < 0:
 		p.bad("journal.flush", "must not be negative")
@@ -168,4 +158,20 @@ func resolveJournal(c *File, _ Env, s *Runtime, p *problems) {
 	case f > 0:
 		s.JournalFlush = f
 	}
+}
+
+// placeDir is where section's files go: its dir, else DATA_DIR/section;
+// on is false when the section is disabled (and a dir set as well is a
+// problem).
+func placeDir(p *problems, section string, disabled bool, dir, dataDir string) (string, bool) {
+	if disabled {
+		if dir != "" {
+			p.bad(section+".dir", "is set but %s.disabled is true: remove one", section)
+		}
+		return "", false
+	}
+	if dir == "" {
+		dir = filepath.Join(dataDir, section)
+	}
+	return dir, true
 }

@@ -95,6 +95,20 @@ func TestResolveAudit(t *testing.T) {
 	})
 }
 
+func TestResolveJournal(t *testing.T) {
+	testSection(t, resolveJournal, nil, []sectionCase{
+		{name: "defaults", want: func(s *Runtime) { s.JournalDir, s.JournalFlush = "/data/journal", 100*time.Millisecond }},
+		{name: "set", edit: func(f *File) { f.Journal = JournalSection{Dir: "/var/j", Flush: Duration(20 * time.Millisecond)} },
+			want: func(s *Runtime) { s.JournalDir, s.JournalFlush = "/var/j", 20*time.Millisecond }},
+		{name: "disabled", edit: func(f *File) { f.Journal.Disabled = true }, want: func(*Runtime) {}},
+		{name: "disabled with a dir", edit: func(f *File) { f.Journal = JournalSection{Dir: "/j", Disabled: true} },
+			err: "journal.dir: is set but journal.disabled is true: remove one"},
+		{name: "negative flush", edit: func(f *File) { f.Journal.Flush = Duration(-time.Second) }, err: "journal.flush: must not be negative"},
+		{name: "slow flush", edit: func(f *File) { f.Journal.Flush = Duration(2 * time.Second) },
+			err: "journal.flush: 2s is longer than the request path may run ahead of the disk; at most 1s"},
+	})
+}
+
 // limits.stored_responses_bytes is a size, 64MiB unless set.
 func TestStoredResponsesBytesIsASize(t *testing.T) {
 	for yaml, want := range map[string]int64{"": 64 << 20, "\nlimits: {stored_responses_bytes: 16MiB}\n": 16 << 20} {

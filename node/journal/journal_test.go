@@ -335,3 +335,20 @@ func TestJournalKeepsBootsUntilOneSynced(t *testing.T) {
 		t.Fatalf("after boot 3 synced: %+v", r)
 	}
 }
+
+// A node's first requests, or those a peer spills to it, do not wait for
+// a record: the journal's first record (at Start) lets every share take
+// a few requests, and a share limited in requests only is never held to
+// a ceiling of tokens.
+func TestJournalFirstTakesDoNotWait(t *testing.T) {
+	w := newWorld(t)
+	n, _ := w.boot(t, t.TempDir(), Config{Flush: time.Hour})
+	if _, err := n.rates.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if ok, _ := n.rates.Take("p", 100_000, w.now()); !ok {
+			t.Fatalf("take %d of 100,000 tokens waited for a record", i+1)
+		}
+	}
+}
