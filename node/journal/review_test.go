@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,74 @@ func TestReviewFailedRecordRaisesNoCeilingUnwritten(t *testing.T) {
 	if b := leaseBound(st); len(holds) > 0 && b < reserved {
 		t.Errorf("%d holds of $0.0001 reserved after the failed record, but the journal bounds the lease at %v (epoch %d)",
 			len(holds), b, st.Budget.Epoch)
+	}
+	if err := again.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if b := w.books(t); b.Settled < reserved {
+		t.Errorf("the books settled %v after the restart, less than the %v the dead holds may have spent: an overspend", b.Settled, reserved)
+	}
+}
+
+// A lease given back (parked) and a new lease of the same books granted
+// before the journal's next record: that record holds the new lease, and
+// the old one as gone. Replayed, it must leave the new lease's record in
+// place; if the old one's "gone" comes after it, the journal forgets the
+// lease the node is spending from, and a crash gives its escrow back as
+// if nothing were reserved.
+func TestReviewGoneLeaseDoesNotEraseItsSuccessor(t *testing.T) {
+	w := newWorld(t)
+	// A budget the first lease takes whole: the books have nothing left
+	// unleased, so an idle lease is parked (given back).
+	w.admin(consensus.CmdPutTenant, consensus.Tenant{Name: "acme", KeySHA256: []string{strings.Repeat("a", 64)},
+		Budget: &consensus.Budget{Limit: consensus.NanosPerUSD / 1000, Period: consensus.PeriodTotal}})
+	dir := t.TempDir()
+	n, _ := w.boot(t, dir, Config{Flush: time.Hour})
+	stopWriter(n)
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.j.Flush(); err != nil { // the first lease's record
+		t.Fatal(err)
+	}
+	if leases, _, _ := n.budget.Escrow(); leases != 1 {
+		t.Fatalf("%d leases after the first sync", leases)
+	}
+	// Idle past parkAfter: the lease is given back.
+	w.advance(6 * time.Second)
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if leases, _, _ := n.budget.Escrow(); leases != 0 {
+		t.Fatalf("%d leases after the idle lease's sync: it was not given back", leases)
+	}
+	// A request arrives: a new lease of the same books, at once.
+	if h, _ := n.budget.TryReserve("acme", 0.0001, w.now()); h != nil {
+		t.Fatal("a reservation without a lease")
+	}
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := n.budget.TryReserve("acme", 0.0001, w.now()); h != nil {
+		t.Fatal("a reservation before any record of the new lease's ceiling")
+	}
+	// The journal's next record: the new lease's ceiling, the old one gone.
+	if err := n.j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	holds := holdsUntilCeiling(t, n, w.now(), 0.0001)
+	if len(holds) == 0 {
+		t.Fatal("the record let nothing be reserved")
+	}
+	reserved := consensus.CeilNanos(0.0001) * consensus.Nanos(len(holds))
+	n.j.Kill()
+	n.budget.Crash()
+
+	w.advance(time.Second)
+	again, st := w.boot(t, dir, Config{})
+	if b := leaseBound(st); b < reserved {
+		t.Errorf("%d holds of $0.0001 reserved from the new lease, but the journal bounds it at %v (-1: holds no lease): %+v",
+			len(holds), b, st.Budget)
 	}
 	if err := again.budget.Sync(context.Background(), false); err != nil {
 		t.Fatal(err)
