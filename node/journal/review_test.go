@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,5 +168,57 @@ func TestReviewGoneLeaseDoesNotEraseItsSuccessor(t *testing.T) {
 	}
 	if b := w.books(t); b.Settled < reserved {
 		t.Errorf("the books settled %v after the restart, less than the %v the dead holds may have spent: an overspend", b.Settled, reserved)
+	}
+}
+
+// A record cut short by a write that failed part-way (the disk filled up,
+// here the file size limit) while the node runs on: the records written
+// after it, once the disk has room again, must still be read at the next
+// start, not make the journal "damaged" and the node unable to start.
+func TestReviewPartialWriteLeavesJournalReadable(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	n, _ := w.boot(t, dir, Config{Flush: time.Hour})
+	stopWriter(n)
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	n.reserve(t, w.now(), 0.0001).Settle(0.00005)
+
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Skip(err)
+	}
+	lim := old
+	lim.Cur = uint64(n.j.size) + 12 // room for a header and a few bytes
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Skip(err)
+	}
+	n.spend.Charge("acme", "k1", "", "m", "p", 0.00005)
+	err := n.j.Flush()
+	if rerr := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil {
+		t.Fatal("a record written past the file size limit")
+	}
+	// Room again: the node goes on, and its writer's next records land.
+	n.spend.Charge("acme", "k1", "", "m", "p", 0.00005)
+	if err := n.j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n.reserve(t, w.now(), 0.0001).Settle(0.00005)
+	if err := n.j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n.j.Kill()
+	n.budget.Crash()
+	j, st, err := Open(Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("the journal after a write that failed part-way, and records after it: %v", err)
+	}
+	defer j.Kill()
+	if st.Budget.Epoch == 0 || len(st.Budget.Leases) != 1 {
+		t.Fatalf("the journal holds %+v", st.Budget)
 	}
 }
