@@ -1,0 +1,89 @@
+package consensus
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A node restarted with its journal goes on as the same rate holder (its
+// old boot) and restores what its shares sent in the window. node/ledger
+// hands the keys' and tenants' holder its journal's sends (Recover)
+// before it has read the ledger's tenants: at that point the holder
+// knows only the limits the configuration file gives. The sends of a
+// limit set in the ledger alone (llmesh keys set, the admin API) must
+// not be lost: the holder, under its old boot, would report an empty
+// window to the ledger, which then counts none of what it sent, and the
+// node sends its share a second time within the minute.
+func TestReviewRecoveredSendsOfALimitNotYetKnown(t *testing.T) {
+	const capacity = 10
+	now := time.Unix(1_000_000, 0)
+	l := rateLedger(t, capacity, 0)
+	const boot = 7
+	renewal := func(ctx context.Context, ds []Demand) ([]Grant, time.Duration, time.Duration, error) {
+		return renew(t, l, "n", boot, ds, now), 30 * time.Second, 5 * time.Second, nil
+	}
+	var sent []time.Time
+
+	// The first process: a share of the limit, spent.
+	h := NewRateHolder("n", []RateCapacity{{Provider: "p", RPM: capacity}}, renewal, func() int { return 1 }, func() bool { return false })
+	h.ReportUsage()
+	h.Drive(func() time.Time { return now })
+	h.EnableJournal(func() {})
+	var recs []RateSent // what the journal's records hold
+	var seq uint64
+	record := func() {
+		j, commit := h.Journal(false, now)
+		commit()
+		seq = j.Seq
+		for _, s := range j.Shares {
+			recs = append(recs, RateSent{At: time.Unix(0, s.At), Sent: s.Sent, Tokens: s.Tokens})
+		}
+	}
+	for range 3 * capacity {
+		if _, err := h.Renew(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		record()
+		for {
+			ok, _, _ := h.TakeAll([]string{"p"}, 0, now, true)
+			if !ok {
+				break
+			}
+			sent = append(sent, now)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	record() // the last record, durable
+	if len(sent) == 0 {
+		t.Fatal("the first process sent nothing")
+	}
+
+	// It crashes; the next process starts a second later, under the same
+	// boot, and is handed what the journal held before it knows the
+	// limit (node/ledger: Recover at Listen, the ledger's tenants read
+	// at Run).
+	now = now.Add(time.Second)
+	h = NewRateHolder("n", nil, renewal, func() int { return 1 }, func() bool { return false })
+	h.ReportUsage()
+	h.Drive(func() time.Time { return now })
+	h.Recover(map[string][]RateSent{"p": recs}, seq, now)
+	h.SetCapacities([]RateCapacity{{Provider: "p", RPM: capacity}})
+	for range 3 * capacity {
+		if _, err := h.Renew(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ok, _, _ := h.TakeAll([]string{"p"}, 0, now, true)
+			if !ok {
+				break
+			}
+			sent = append(sent, now)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if len(sent) > capacity {
+		t.Errorf("%d requests sent within %v under a limit of %d a minute: the restarted holder lost the window its journal held",
+			len(sent), sent[len(sent)-1].Sub(sent[0]), capacity)
+	}
+}
