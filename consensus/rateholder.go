@@ -44,6 +44,10 @@ type RateHolder struct {
 	// journalKick asks the journal for a record now (EnableJournal); nil:
 	// no journal, no ceilings.
 	journalKick func()
+	// recovered are the journal's sends of shares not held when they
+	// were recovered (Recover), by name: a share SetCapacities makes
+	// starts with them.
+	recovered map[string][]RateSent
 }
 
 type rateShare struct {
@@ -351,7 +355,12 @@ func (h *RateHolder) SetCapacities(limits []RateCapacity) {
 			if s := h.shares[c.Provider]; s != nil {
 				shares[c.Provider] = s
 			} else {
-				shares[c.Provider] = &rateShare{}
+				s = &rateShare{}
+				if recs, ok := h.recovered[c.Provider]; ok {
+					h.restoreLocked(s, recs, h.now())
+					delete(h.recovered, c.Provider)
+				}
+				shares[c.Provider] = s
 			}
 		}
 	}
