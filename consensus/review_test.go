@@ -87,3 +87,70 @@ func TestReviewRecoveredSendsOfALimitNotYetKnown(t *testing.T) {
 			len(sent), sent[len(sent)-1].Sub(sent[0]), capacity)
 	}
 }
+
+// Tokens an attempt used beyond its estimate are taken after the fact
+// (Return with a negative count): they count in the window, and must
+// count in the journal too, or a node restarted under its old boot
+// restores a window holding less than it sent, reports that to the
+// ledger, and its share's tokens are sent a second time within the
+// minute.
+func TestReviewJournalCountsTokensBeyondTheEstimate(t *testing.T) {
+	const tpm = 150
+	now := time.Unix(1_000_000, 0)
+	renewal := func(ctx context.Context, ds []Demand) ([]Grant, time.Duration, time.Duration, error) {
+		return []Grant{{Provider: "p", RPM: 1000, TPM: tpm}}, 30 * time.Second, 5 * time.Second, nil
+	}
+	caps := []RateCapacity{{Provider: "p", RPM: 1000, TPM: tpm}}
+	h := NewRateHolder("n", caps, renewal, func() int { return 1 }, func() bool { return false })
+	h.Drive(func() time.Time { return now })
+	h.EnableJournal(func() {})
+	if _, err := h.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var recs []RateSent
+	var last RateJournalShare
+	record := func() {
+		j, commit := h.Journal(false, now)
+		commit()
+		for _, s := range j.Shares {
+			recs = append(recs, RateSent{At: time.Unix(0, s.At), Sent: s.Sent, Tokens: s.Tokens})
+			last = s
+		}
+	}
+	record()
+	// One request estimated at 10 tokens used 100.
+	for i := 0; ; i++ {
+		if ok, _ := h.Take("p", 10, now); ok {
+			break
+		}
+		if i == 3 {
+			t.Fatal("the share refused 10 tokens")
+		}
+		record() // the ceiling makes room
+	}
+	h.Return("p", 10-100, now)
+	now = now.Add(100 * time.Millisecond)
+	record()
+	if ok, _ := h.Allow("p", 60, now); ok {
+		t.Fatal("the window admits 60 tokens more after 100 of 150")
+	}
+
+	// The node crashes and restarts a second later under the same boot.
+	now = now.Add(time.Second)
+	again := NewRateHolder("n", caps, renewal, func() int { return 1 }, func() bool { return false })
+	again.Drive(func() time.Time { return now })
+	// What the ceilings let it take unrecorded counts as sent at the
+	// restart (journal.State.Recovery).
+	recs = append(recs, RateSent{At: now, Sent: last.CeilReq - last.Taken, Tokens: last.CeilTok - last.TokTaken})
+	again.Recover(map[string][]RateSent{"p": recs}, 0, now)
+	if _, err := again.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := again.Allow("p", 60, now); ok {
+		var tokens float64
+		for _, r := range recs {
+			tokens += r.Tokens
+		}
+		t.Errorf("after the restart the window admits 60 tokens more, though 100 of 150 were sent a second ago (the journal recorded %v)", tokens)
+	}
+}
