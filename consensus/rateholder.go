@@ -224,6 +224,12 @@ func (h *RateHolder) Return(provider string, tokens int, now time.Time) {
 	d := math.Min(float64(tokens), last.n)
 	last.n -= d
 	s.tokenSum -= d
+	if d < 0 {
+		// Used beyond the estimate: taken, and the journal's next
+		// record says so (tokens given back are not: more counted,
+		// never less).
+		s.tokTaken -= d
+	}
 }
 
 // RateLimited tells the holder a provider answered 429: the next renewal
