@@ -154,3 +154,97 @@ func TestReviewJournalCountsTokensBeyondTheEstimate(t *testing.T) {
 		t.Errorf("after the restart the window admits 60 tokens more, though 100 of 150 were sent a second ago (the journal recorded %v)", tokens)
 	}
 }
+
+// waitFor polls cond until it holds, failing the test after a few
+// seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Near the limit (exact mode) a node asks the ledger for exactly what its
+// waiting requests need. A request that queued behind another of its
+// tenant while the escrow here covered it is marked as not needing
+// anything from the ledger (it waits "only for the journal"); once the
+// request ahead of it takes that escrow and the sync gives the rest
+// back, nothing ever asks for it: it waits until limits.admission_wait
+// runs out and is answered 503 admission_timeout, though the budget has
+// plenty left.
+func TestReviewQueuedRequestIsAskedForNearTheLimit(t *testing.T) {
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	l := NewLedger()
+	apply := func(_ context.Context, c Command) (Result, error) {
+		c.Time = now.UnixNano()
+		return l.Apply(c), nil
+	}
+	c, _ := newCommand("admin/1", CmdPutTenant, Tenant{Name: "acme", KeySHA256: []string{testHash},
+		Budget: &Budget{Limit: NanosPerUSD / 100, Period: PeriodTotal}})
+	if r, _ := apply(context.Background(), c); r.Err != "" {
+		t.Fatal(r.Err)
+	}
+	budgeted := func() map[string]bool { return map[string]bool{"acme": true} }
+	a := NewBudgetHolder("a", apply, budgeted)
+	a.Drive(func() time.Time { return now }, 1)
+	b := NewBudgetHolder("b", apply, budgeted)
+	b.Drive(func() time.Time { return now }, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := a.Sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := a.TryReserve("acme", 0.0001, now)
+	if hold == nil {
+		t.Fatal("a holds no escrow:", err)
+	}
+	hold.Settle(0.0001)
+
+	// b waits for more than the books have unleased: they recall, and a
+	// learns so at its next sync (exact mode).
+	go func() { _, _ = b.Reserve(ctx, "acme", 0.0095, 0, now.Add(time.Minute), now) }()
+	waitFor(t, "b's request to queue", func() bool { return b.Waiting() == 1 })
+	if err := b.Sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if err := a.Sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two requests at a: the first needs more than a holds, the second
+	// less, and queues behind it.
+	type answer struct {
+		h   *Hold
+		err error
+	}
+	first, second := make(chan answer, 1), make(chan answer, 1)
+	go func() { h, err := a.Reserve(ctx, "acme", 0.002, 0, now.Add(time.Minute), now); first <- answer{h, err} }()
+	waitFor(t, "the first request to queue", func() bool { return a.Waiting() == 1 })
+	go func() { h, err := a.Reserve(ctx, "acme", 0.0005, 0, now.Add(time.Minute), now); second <- answer{h, err} }()
+	waitFor(t, "the second request to queue", func() bool { return a.Waiting() == 2 })
+
+	for i := range 6 {
+		now = now.Add(300 * time.Millisecond)
+		if err := a.Sync(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if r := <-first; r.h == nil {
+				t.Fatalf("the first request was not served: %v", r.err)
+			}
+		}
+		if a.Waiting() == 0 {
+			return
+		}
+	}
+	var left Nanos
+	for _, v := range l.Books() {
+		left += v.Remaining
+	}
+	t.Errorf("the second request still waits after six syncs in 1.8 s, with %v of the budget unleased: nothing asks the ledger for it", left)
+}
