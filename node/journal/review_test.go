@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -220,5 +221,38 @@ func TestReviewPartialWriteLeavesJournalReadable(t *testing.T) {
 	defer j.Kill()
 	if st.Budget.Epoch == 0 || len(st.Budget.Leases) != 1 {
 		t.Fatalf("the journal holds %+v", st.Budget)
+	}
+}
+
+// A crash during the last record's write can leave the file extended
+// over it with zeros (the size reached the disk, the data did not, as
+// XFS or ext4 with data=writeback may). That is a torn last record: it
+// is cut off, and the records before it are read, rather than the
+// journal taken for damaged and the node refused its start.
+func TestReviewZeroFilledTailIsATornRecord(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, fileName)
+	var whole []byte
+	var last []byte
+	for i := range 3 {
+		b, err := frame(&Record{Time: int64(i + 1), Budget: consensus.BudgetJournal{Boot: 7, Epoch: 9,
+			Leases: []consensus.JournalLease{{Tenant: "acme", Period: "total", Spent: consensus.Nanos(i), Ceiling: 100}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, last = append(whole, b...), b
+	}
+	// The third record's bytes never reached the disk; its length did.
+	torn := append(whole[:len(whole)-len(last)], make([]byte, len(last))...)
+	if err := os.WriteFile(path, torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, st, err := Open(Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("a last record left as zeros by a crash: %v", err)
+	}
+	defer j.Kill()
+	if st.Time != 2 || st.Budget.Leases[0].Spent != 1 {
+		t.Fatalf("after a zero-filled last record: %+v", st)
 	}
 }
