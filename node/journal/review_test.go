@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -254,5 +255,76 @@ func TestReviewZeroFilledTailIsATornRecord(t *testing.T) {
 	defer j.Kill()
 	if st.Time != 2 || st.Budget.Leases[0].Spent != 1 {
 		t.Fatalf("after a zero-filled last record: %+v", st)
+	}
+}
+
+// A reporting rate holder (keys' and tenants' limits) numbers its
+// renewals, and the ledger ignores one numbered at or below the last it
+// applied ("an older renewal applied late": a share of 0). A restarted
+// node goes on under its old boot, numbering from its journal's last
+// seq plus 2^20: above every renewal its last process made after its
+// last record, the journal assumes. But a holder whose shares take
+// nothing writes no record, however often it renews (every 5 s): after
+// 2^20 renewals (two months) without a take on this node, a crash
+// leaves the restarted node numbering below the ledger's, and every
+// share it asks for is 0 until it catches up (as long again).
+func TestReviewRestartedHolderNumbersAboveItsLastRenewal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million renewals")
+	}
+	w := newWorld(t)
+	dir := t.TempDir()
+	var last uint64 // the last renewal's number the ledger applied
+	renew := func(_ context.Context, ds []consensus.Demand) ([]consensus.Grant, time.Duration, time.Duration, error) {
+		last = max(last, ds[0].Seq)
+		return []consensus.Grant{{Provider: "key:acme/k", RPM: 10, TPM: math.Inf(1)}}, 30 * time.Second, 5 * time.Second, nil
+	}
+	newHolder := func() *consensus.RateHolder {
+		h := consensus.NewRateHolder("n", []consensus.RateCapacity{{Provider: "key:acme/k", RPM: 10}}, renew,
+			func() int { return 1 }, func() bool { return false })
+		h.ReportUsage()
+		h.Drive(w.now)
+		return h
+	}
+	j, st, err := Open(Config{Dir: dir, Now: w.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := newHolder()
+	budget := consensus.NewBudgetHolder("n", w.apply, func() map[string]bool { return nil })
+	j.Start(Holders{Budgets: budget, Rates: map[string]*consensus.RateHolder{"keys": keys}, RateBoot: 42})
+	stopWriter(&node{j: j})
+	// Idle: renewals every 5 s, and the journal's writer every 100 ms
+	// (here once every 4096 renewals, and after the last: a writer
+	// flushing more often writes no less).
+	for i := range 1<<20 + 100 {
+		if _, err := keys.Renew(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if i%4096 == 0 {
+			if err := j.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	j.Kill()
+
+	_, st, err = Open(Config{Dir: dir, Now: w.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := st.Recovery(w.now())
+	again := newHolder()
+	again.Recover(rec.Sent["keys"], rec.RateSeq["keys"], w.now())
+	before := last
+	if _, err := again.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if last <= before {
+		t.Errorf("the restarted holder's first renewal is numbered at most %d, at or below the last process's %d (its journal says %d): the ledger takes it for an old renewal",
+			last, before, rec.RateSeq["keys"])
 	}
 }
