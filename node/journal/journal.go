@@ -210,7 +210,9 @@ func (j *Journal) Flush() error {
 	for name, h := range j.h.Rates {
 		rj, commit := h.Journal(false, now)
 		commits = append(commits, commit)
-		if len(rj.Shares) > 0 {
+		// Its renewals' number too, however idle its shares: a restarted
+		// node numbers its renewals above it.
+		if rs := j.state.Rates[name]; len(rj.Shares) > 0 || rj.Seq > 0 && (rs == nil || rs.Seq != rj.Seq) {
 			if rec.Rates == nil {
 				rec.Rates = map[string]consensus.RateJournal{}
 			}
