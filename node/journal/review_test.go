@@ -328,3 +328,95 @@ func TestReviewRestartedHolderNumbersAboveItsLastRenewal(t *testing.T) {
 			last, before, rec.RateSeq["keys"])
 	}
 }
+
+// The journal names a lease by its tenant and period, the ledger by its
+// node, books and epoch. A lease given back (parked) and a new lease of
+// the same books granted, then a crash before the journal's next record:
+// the journal still holds the old lease, and recovery settles the new
+// one at the old one's bound. The new lease reserved nothing (no record
+// gave it a ceiling), so what the books settle beyond what was spent is
+// the old lease's spend counted a second time.
+func TestReviewRecoveryDoesNotChargeAGoneLeaseTwice(t *testing.T) {
+	w := newWorld(t)
+	w.admin(consensus.CmdPutTenant, consensus.Tenant{Name: "acme", KeySHA256: []string{strings.Repeat("a", 64)},
+		Budget: &consensus.Budget{Limit: consensus.NanosPerUSD / 1000, Period: consensus.PeriodTotal}})
+	dir := t.TempDir()
+	n, _ := w.boot(t, dir, Config{Flush: time.Hour})
+	stopWriter(n)
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	var spent consensus.Nanos
+	for range 3 {
+		n.reserveWaiting(t, w.now(), 0.0001).Settle(0.0001)
+		spent += consensus.RoundNanos(0.0001)
+	}
+	if err := n.budget.Sync(context.Background(), false); err != nil { // reported
+		t.Fatal(err)
+	}
+	if err := n.j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Idle past parkAfter, the budget all leased: given back.
+	w.advance(6 * time.Second)
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if leases, _, _ := n.budget.Escrow(); leases != 0 {
+		t.Fatalf("%d leases after the idle lease's sync: it was not given back", leases)
+	}
+	// A request: a new lease of the same books; the node dies before the
+	// journal's next record (and the request never reserved).
+	if h, _ := n.budget.TryReserve("acme", 0.0001, w.now()); h != nil {
+		t.Fatal("a reservation without a lease")
+	}
+	if err := n.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if leases, _, _ := n.budget.Escrow(); leases != 1 {
+		t.Fatalf("%d leases after asking again", leases)
+	}
+	n.j.Kill()
+	n.budget.Crash()
+
+	w.advance(time.Second)
+	again, _ := w.boot(t, dir, Config{})
+	if err := again.budget.Sync(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if b := w.books(t); b.Settled > spent {
+		t.Errorf("the books settled %v after the restart, though %v was spent and the new lease reserved nothing: the old lease's spend charged twice",
+			b.Settled, spent)
+	}
+}
+
+// reserveWaiting reserves usd as the request path does (Reserve, which
+// waits in the admission queue), writing journal records until it is
+// served.
+func (n *node) reserveWaiting(t *testing.T, now time.Time, usd float64) *consensus.Hold {
+	t.Helper()
+	type answer struct {
+		h   *consensus.Hold
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		h, err := n.budget.Reserve(context.Background(), "acme", usd, 0, now.Add(time.Minute), now)
+		done <- answer{h, err}
+	}()
+	for range 1000 {
+		select {
+		case a := <-done:
+			if a.h == nil {
+				t.Fatal(a.err)
+			}
+			return a.h
+		case <-time.After(time.Millisecond):
+		}
+		if err := n.j.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("no reservation after a thousand records")
+	return nil
+}
