@@ -160,6 +160,9 @@ func (h *BudgetHolder) Journal(full bool, now time.Time) (BudgetJournal, func())
 		for _, l := range gone {
 			delete(h.journaled, l)
 		}
+		if len(gone) > 0 && len(h.need) > 0 {
+			h.kickLocked() // a tenant's new lease waited for this record
+		}
 		for _, r := range raises {
 			r.l.ceiling = max(r.l.ceiling, r.ceiling)
 		}
