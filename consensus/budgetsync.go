@@ -285,7 +285,9 @@ func (h *BudgetHolder) releasing(tenant string) bool {
 	// the new lease for it. Its next record says it is gone.
 	for l := range h.journaled {
 		if l.tenant == tenant && h.leases[tenant] != l {
-			h.journalKick()
+			if h.journalKick != nil {
+				h.journalKick()
+			}
 			return true
 		}
 	}
