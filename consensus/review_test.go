@@ -248,3 +248,32 @@ func TestReviewQueuedRequestIsAskedForNearTheLimit(t *testing.T) {
 	}
 	t.Errorf("the second request still waits after six syncs in 1.8 s, with %v of the budget unleased: nothing asks the ledger for it", left)
 }
+
+// A node's first process charged spend (for tenants without a budget,
+// which need no escrow) and never got a sync through (the leader was
+// unreachable, a voter's stale reads were not); it crashed, and its
+// journal held the reports. The next process's first sync carries them
+// (Recovery.Spend), but the ledger, which has never heard of the node,
+// applies a journal's account only against a boot it knows: the spend
+// is lost, though none of it can have been applied before.
+func TestReviewSpendOfANodeTheLedgerNeverKnewIsKept(t *testing.T) {
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	l := NewLedger()
+	apply := func(id, typ string, body any) Result {
+		c, _ := newCommand(id, typ, body)
+		c.Time = now.UnixNano()
+		return l.Apply(c)
+	}
+	if r := apply("v", CmdSetVersion, SetVersion{Version: VersionJournal}); r.Err != "" {
+		t.Fatal(r.Err)
+	}
+	rec := &Recovery{Boot: 1, Complete: true,
+		Spend: []SpendReport{{Seq: 1, Rows: charge("acme", "k1", "", "m", "p", 5000)}}}
+	r := apply("n/2/1", CmdSync, SyncCmd{Node: "n", Boot: 2, Seq: 1, TTL: int64(30 * time.Second), Recover: rec})
+	if r.Err != "" || r.Sync == nil || r.Sync.Epoch == 0 {
+		t.Fatalf("the first sync: %+v", r)
+	}
+	if got := l.Spend(SpendQuery{By: DimTenant, Since: now.Add(-time.Hour).UnixNano()}).Total.Nanos; got != 5000 {
+		t.Errorf("spend attributed after the first sync: %v, want the 5000 the journal held", got)
+	}
+}
