@@ -225,7 +225,10 @@ func TestReviewQueuedRequestIsAskedForNearTheLimit(t *testing.T) {
 	first, second := make(chan answer, 1), make(chan answer, 1)
 	go func() { h, err := a.Reserve(ctx, "acme", 0.002, 0, now.Add(time.Minute), now); first <- answer{h, err} }()
 	waitFor(t, "the first request to queue", func() bool { return a.Waiting() == 1 })
-	go func() { h, err := a.Reserve(ctx, "acme", 0.0005, 0, now.Add(time.Minute), now); second <- answer{h, err} }()
+	go func() {
+		h, err := a.Reserve(ctx, "acme", 0.0005, 0, now.Add(time.Minute), now)
+		second <- answer{h, err}
+	}()
 	waitFor(t, "the second request to queue", func() bool { return a.Waiting() == 2 })
 
 	for i := range 6 {
