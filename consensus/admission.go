@@ -194,6 +194,13 @@ func (h *BudgetHolder) serveLocked(now time.Time) {
 		}
 		hold, err := h.tryLocked(w.tenant, w.upper, now)
 		if hold == nil && err == nil {
+			if !w.needs && !h.coveredLocked(w.tenant, w.upper, now) {
+				// The escrow that covered it went to the requests ahead,
+				// or back to the ledger: it is asked for now.
+				w.needs = true
+				h.need[w.tenant] += w.upper
+				h.kickLocked()
+			}
 			if blocked == nil {
 				blocked = map[string]bool{}
 			}

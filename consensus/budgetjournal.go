@@ -19,7 +19,12 @@ package consensus
 // bound. The ceiling runs ahead by a few flushes' worth of reservations,
 // so a request waits for the disk only when it outruns that.
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
 
 // JournalLease is one lease's counters as the journal keeps them.
 type JournalLease struct {
@@ -97,7 +102,9 @@ func (h *BudgetHolder) underCeilingLocked(l *localLease, upper Nanos) bool {
 // Journal returns the holder's part of the next journal record (every
 // lease when full, else those that changed) and commit, to call once the
 // record is durable: it lets the leases reserve up to the ceilings the
-// record holds, and serves requests that waited for them.
+// record holds, and serves requests that waited for them. A record that
+// is not made durable (commit not called) counts as never written: the
+// next one carries what it held again.
 func (h *BudgetHolder) Journal(full bool, now time.Time) (BudgetJournal, func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -110,6 +117,8 @@ func (h *BudgetHolder) Journal(full bool, now time.Time) (BudgetJournal, func())
 		ceiling Nanos
 	}
 	var raises []raise
+	var live []JournalLease
+	written := map[*localLease]JournalLease{}
 	seen := map[*localLease]bool{}
 	for _, l := range append(h.leaseList(), h.retired...) {
 		seen[l] = true
@@ -121,30 +130,57 @@ func (h *BudgetHolder) Journal(full bool, now time.Time) (BudgetJournal, func())
 		ceiling := max(l.ceiling, want)
 		rec := JournalLease{Tenant: l.tenant, Period: l.period, Spent: l.spent, SettledUp: l.settledUp, Ceiling: ceiling}
 		if old, ok := h.journaled[l]; full || !ok || old != rec {
-			j.Leases = append(j.Leases, rec)
-			h.journaled[l] = rec
+			live = append(live, rec)
+			written[l] = rec
 		}
 		if ceiling > l.ceiling {
 			raises = append(raises, raise{l, ceiling})
 		}
 	}
-	for l, rec := range h.journaled {
+	// Leases gone come first: the journal keys leases by tenant and
+	// period, and a lease gone may have the books of one granted since.
+	var gone []*localLease
+	for _, l := range h.journaledLeases() {
 		if !seen[l] {
 			if !full {
+				rec := h.journaled[l]
 				rec.Gone = true
 				j.Leases = append(j.Leases, rec)
 			}
-			delete(h.journaled, l)
+			gone = append(gone, l)
 		}
 	}
+	j.Leases = append(j.Leases, live...)
 	return j, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		for l, rec := range written {
+			h.journaled[l] = rec
+		}
+		for _, l := range gone {
+			delete(h.journaled, l)
+		}
+		if len(gone) > 0 && len(h.need) > 0 {
+			h.kickLocked() // a tenant's new lease waited for this record
+		}
 		for _, r := range raises {
 			r.l.ceiling = max(r.l.ceiling, r.ceiling)
 		}
 		h.serveLocked(h.now())
 	}
+}
+
+// journaledLeases returns the leases the journal holds, by tenant and
+// period (a record's order does not depend on map order).
+func (h *BudgetHolder) journaledLeases() []*localLease {
+	out := make([]*localLease, 0, len(h.journaled))
+	for l := range h.journaled {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b *localLease) int {
+		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.period, b.period))
+	})
+	return out
 }
 
 // RecoveryOf is a boot's account as its journal held it when the node

@@ -280,6 +280,17 @@ func (h *BudgetHolder) releasing(tenant string) bool {
 			return true
 		}
 	}
+	// Nor while the journal still holds a lease of the tenant that is
+	// gone: it names leases by their books, and a recovery would take
+	// the new lease for it. Its next record says it is gone.
+	for l := range h.journaled {
+		if l.tenant == tenant && h.leases[tenant] != l {
+			if h.journalKick != nil {
+				h.journalKick()
+			}
+			return true
+		}
+	}
 	return false
 }
 

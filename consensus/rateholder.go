@@ -44,6 +44,10 @@ type RateHolder struct {
 	// journalKick asks the journal for a record now (EnableJournal); nil:
 	// no journal, no ceilings.
 	journalKick func()
+	// recovered are the journal's sends of shares not held when they
+	// were recovered (Recover), by name: a share SetCapacities makes
+	// starts with them.
+	recovered map[string][]RateSent
 }
 
 type rateShare struct {
@@ -220,6 +224,12 @@ func (h *RateHolder) Return(provider string, tokens int, now time.Time) {
 	d := math.Min(float64(tokens), last.n)
 	last.n -= d
 	s.tokenSum -= d
+	if d < 0 {
+		// Used beyond the estimate: taken, and the journal's next
+		// record says so (tokens given back are not: more counted,
+		// never less).
+		s.tokTaken -= d
+	}
 }
 
 // RateLimited tells the holder a provider answered 429: the next renewal
@@ -351,7 +361,12 @@ func (h *RateHolder) SetCapacities(limits []RateCapacity) {
 			if s := h.shares[c.Provider]; s != nil {
 				shares[c.Provider] = s
 			} else {
-				shares[c.Provider] = &rateShare{}
+				s = &rateShare{}
+				if recs, ok := h.recovered[c.Provider]; ok {
+					h.restoreLocked(s, recs, h.now())
+					delete(h.recovered, c.Provider)
+				}
+				shares[c.Provider] = s
 			}
 		}
 	}

@@ -140,7 +140,10 @@ type RateSent struct {
 // stopped: by share, what was sent in the last window (as recorded, plus
 // what the ceilings let it take unrecorded, as sent at now), so that the
 // node, restarted under the same boot, sends no more than its share in
-// any window; and seq, its last renewal's number. Call it before Run.
+// any window; and seq, its last renewal's number. The sends of a share
+// the holder does not hold yet (a key's limit it learns of from the
+// ledger after it starts) are kept until SetCapacities makes it. Call it
+// before Run.
 func (h *RateHolder) Recover(sent map[string][]RateSent, seq uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -148,20 +151,31 @@ func (h *RateHolder) Recover(sent map[string][]RateSent, seq uint64, now time.Ti
 	// below this.
 	h.seq = max(h.seq, seq+1<<20)
 	for name, recs := range sent {
+		recs = slices.Clone(recs)
+		slices.SortStableFunc(recs, func(a, b RateSent) int { return a.At.Compare(b.At) })
 		s := h.shares[name]
 		if s == nil {
+			if h.recovered == nil {
+				h.recovered = map[string][]RateSent{}
+			}
+			h.recovered[name] = recs
 			continue
 		}
-		slices.SortStableFunc(recs, func(a, b RateSent) int { return a.At.Compare(b.At) })
-		for _, r := range recs {
-			if r.At.Add(h.window).Before(now) {
-				continue
-			}
-			for range min(r.Sent, maxWanted) {
-				s.sent = append(s.sent, r.At)
-			}
-			s.tokens = append(s.tokens, tokenRec{at: r.At, n: r.Tokens})
-			s.tokenSum += r.Tokens
+		h.restoreLocked(s, recs, now)
+	}
+}
+
+// restoreLocked adds to s what its journal says was sent (recs, oldest
+// first) in the window before now.
+func (h *RateHolder) restoreLocked(s *rateShare, recs []RateSent, now time.Time) {
+	for _, r := range recs {
+		if r.At.Add(h.window).Before(now) {
+			continue
 		}
+		for range min(r.Sent, maxWanted) {
+			s.sent = append(s.sent, r.At)
+		}
+		s.tokens = append(s.tokens, tokenRec{at: r.At, n: r.Tokens})
+		s.tokenSum += r.Tokens
 	}
 }

@@ -86,3 +86,17 @@ func (l *Ledger) recoverBoot(node string, seq *nodeSeq, r *Recovery, now int64) 
 		}
 	}
 }
+
+// recoverUnknown applies the spend reports of r's boots for a node the
+// ledger has never heard of: none of them synced (a sync makes the node
+// known), so none of their reports was applied. They hold no escrow.
+func (l *Ledger) recoverUnknown(r *Recovery, now int64) {
+	if l.s.Version < VersionJournal {
+		return
+	}
+	for ; r != nil; r = r.Prior {
+		for _, sr := range r.Spend {
+			l.attribute(sr.Rows, now)
+		}
+	}
+}

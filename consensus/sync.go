@@ -190,6 +190,8 @@ func (l *Ledger) sync(c SyncCmd, now int64) *SyncResult {
 			old := seq.Epoch
 			l.recoverBoot(c.Node, seq, c.Recover, now)
 			l.forfeit(c.Node, func(le *Lease) bool { return le.Epoch <= old })
+		} else {
+			l.recoverUnknown(c.Recover, now)
 		}
 		seq = &nodeSeq{Boot: c.Boot, Epoch: epoch}
 		l.s.Nodes[c.Node] = seq

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -85,6 +86,9 @@ type Journal struct {
 
 	mu     sync.Mutex // the file: the writer, a compaction, Close
 	closed bool
+	// dirty means a write failed: the file may hold part of a record
+	// past size, cut off before the next.
+	dirty bool
 	// spendWritten is the tally's state as last written.
 	spendWritten []consensus.SpendReport
 	cancel       context.CancelFunc
@@ -206,7 +210,9 @@ func (j *Journal) Flush() error {
 	for name, h := range j.h.Rates {
 		rj, commit := h.Journal(false, now)
 		commits = append(commits, commit)
-		if len(rj.Shares) > 0 {
+		// Its renewals' number too, however idle its shares: a restarted
+		// node numbers its renewals above it.
+		if rs := j.state.Rates[name]; len(rj.Shares) > 0 || rj.Seq > 0 && (rs == nil || rs.Seq != rj.Seq) {
 			if rec.Rates == nil {
 				rec.Rates = map[string]consensus.RateJournal{}
 			}
@@ -255,19 +261,43 @@ func spendEqual(a, b []consensus.SpendReport) bool {
 	return string(x) == string(y)
 }
 
-// append writes rec and fsyncs.
+// append writes rec and fsyncs. A write or fsync that fails leaves the
+// file as it was before it (what it wrote in part is cut off before the
+// next record): records written after a partial one would make the
+// journal read as damaged, and the node unable to start.
 func (j *Journal) append(rec *Record) error {
 	b, err := frame(rec)
 	if err != nil {
 		return err
 	}
+	if j.dirty {
+		if err := j.cutBack(); err != nil {
+			return err
+		}
+	}
 	if _, err := j.f.Write(b); err != nil {
+		j.dirty = true
+		_ = j.cutBack()
 		return err
 	}
 	if err := j.f.Sync(); err != nil {
+		j.dirty = true
+		_ = j.cutBack()
 		return err
 	}
 	j.size += int64(len(b))
+	return nil
+}
+
+// cutBack truncates the file to the records written whole.
+func (j *Journal) cutBack() error {
+	if err := j.f.Truncate(j.size); err != nil {
+		return err
+	}
+	if _, err := j.f.Seek(j.size, io.SeekStart); err != nil {
+		return err
+	}
+	j.dirty = false
 	return nil
 }
 
