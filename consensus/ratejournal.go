@@ -172,10 +172,17 @@ func (h *RateHolder) restoreLocked(s *rateShare, recs []RateSent, now time.Time)
 		if r.At.Add(h.window).Before(now) {
 			continue
 		}
-		for range min(r.Sent, maxWanted) {
-			s.sent = append(s.sent, r.At)
+		// Never after now, should the clock have stepped back across
+		// the restart: what is taken next is appended at now, and the
+		// window stays in order.
+		at := r.At
+		if at.After(now) {
+			at = now
 		}
-		s.tokens = append(s.tokens, tokenRec{at: r.At, n: r.Tokens})
+		for range min(r.Sent, maxWanted) {
+			s.sent = append(s.sent, at)
+		}
+		s.tokens = append(s.tokens, tokenRec{at: at, n: r.Tokens})
 		s.tokenSum += r.Tokens
 	}
 }

@@ -64,7 +64,7 @@ func replay(f *os.File) (*State, int64, error) {
 		size := int64(binary.LittleEndian.Uint32(hdr[0:4]))
 		end := good + int64(n) + size
 		if size > maxRecord || end > info.Size() {
-			if end > info.Size() && size <= maxRecord {
+			if end > info.Size() && size <= maxRecord || zeroTail(f, good, info.Size()) {
 				return st, good, nil // the last record, cut short
 			}
 			return nil, 0, fmt.Errorf("%w: a record of %d bytes at offset %d", errDamaged, size, good)
@@ -75,7 +75,7 @@ func replay(f *os.File) (*State, int64, error) {
 		}
 		var rec Record
 		if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(hdr[4:8]) || json.Unmarshal(body, &rec) != nil {
-			if end == info.Size() {
+			if end == info.Size() || zeroTail(f, good, info.Size()) {
 				return st, good, nil // the last record, torn
 			}
 			return nil, 0, fmt.Errorf("%w: the record at offset %d fails its checksum", errDamaged, good)
@@ -83,4 +83,35 @@ func replay(f *os.File) (*State, int64, error) {
 		st.apply(&rec)
 		good = end
 	}
+}
+
+// maxZeroTail bounds the zeros taken for a torn last record: more than
+// one appended record's worth (they are a few kilobytes; a compaction's
+// whole state goes to a file of its own) would be damage hiding records
+// that were durable.
+const maxZeroTail = 1 << 20
+
+// zeroTail reports whether the file from offset from to its end (size)
+// is zeros, at most maxZeroTail of them: what a crash leaves where a
+// filesystem made the file's new size durable before its data (XFS, or
+// ext4 with data=writeback), a torn last record.
+func zeroTail(f *os.File, from, size int64) bool {
+	n := size - from
+	if n <= 0 || n > maxZeroTail {
+		return false
+	}
+	buf := make([]byte, 64<<10)
+	for off := from; off < size; {
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		for _, c := range buf[:k] {
+			if c != 0 {
+				return false
+			}
+		}
+		off += int64(k)
+		if err != nil && off < size {
+			return false
+		}
+	}
+	return true
 }

@@ -89,6 +89,10 @@ type Journal struct {
 	// dirty means a write failed: the file may hold part of a record
 	// past size, cut off before the next.
 	dirty bool
+	// compacted is the size of the last compaction's record: a state
+	// larger than MaxBytes is compacted again only once the file has
+	// doubled it, not at every record.
+	compacted int64
 	// spendWritten is the tally's state as last written.
 	spendWritten []consensus.SpendReport
 	cancel       context.CancelFunc
@@ -244,7 +248,7 @@ func (j *Journal) Flush() error {
 	for _, c := range commits {
 		c()
 	}
-	if j.size > j.cfg.MaxBytes {
+	if j.size > max(j.cfg.MaxBytes, 2*j.compacted) {
 		if err := j.compact(); err != nil {
 			j.cfg.Log.Warn("spend journal: compaction failed; the file grows", "err", err)
 		}
@@ -333,7 +337,7 @@ func (j *Journal) compact() error {
 	}
 	syncDir(dir)
 	j.f.Close()
-	j.f, j.size = tmp, int64(len(b))
+	j.f, j.size, j.compacted = tmp, int64(len(b)), int64(len(b))
 	return nil
 }
 
