@@ -55,10 +55,12 @@ type BudgetJournal struct {
 }
 
 // journalAhead is how far a ceiling runs ahead of what is reserved (or
-// taken): this long of the recent pace, so that a journal writing every
-// 100 ms stays ahead of demand that doubles between two records, and a
-// crash leaves at most this long of reservations unaccounted for.
-const journalAhead = 200 * time.Millisecond
+// taken): this long of the recent pace (at its fastest over the last
+// second and the one under way), so that a journal writing every 100 ms
+// keeps ahead of steady demand, and a crash leaves at most this long of
+// reservations counted at their bounds. A burst past it waits for a
+// record, asked for at once: a few milliseconds.
+const journalAhead = 100 * time.Millisecond
 
 // pace measures how fast a cumulative count grows: over the last whole
 // second, or the second under way if it is faster already.

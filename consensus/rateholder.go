@@ -63,6 +63,9 @@ type rateShare struct {
 	// way or failed, the share to what was sent then (ReportUsage).
 	frozen             bool
 	frozenRPM, frozenT float64
+	// frozenAt is when the share was first held so since its last grant:
+	// a renewal (or renewals failing) that long is the ledger's slowness.
+	frozenAt time.Time
 	// The journal's counters (ratejournal.go): requests and tokens
 	// taken, cumulative, the ceilings on them the journal made durable,
 	// what the last record held, the most tokens one take took, and the
@@ -294,6 +297,9 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 			// the ledger counts this node's earlier grants no longer.
 			d.Reports, d.SentRPM, d.SentTPM = true, float64(len(s.sent)), s.tokenSum
 			s.frozen, s.frozenRPM, s.frozenT = true, d.SentRPM, d.SentTPM
+			if s.frozenAt.IsZero() {
+				s.frozenAt = now
+			}
 		}
 		demands = append(demands, d)
 	}
@@ -320,7 +326,7 @@ func (h *RateHolder) renewOnce(ctx context.Context) (time.Duration, error) {
 		}
 		s.rpm, s.tpm, s.unlimited = g.RPM, g.TPM, g.Unlimited
 		s.expires = now.Add(lease)
-		s.saw429, s.frozen = false, false
+		s.saw429, s.frozen, s.frozenAt = false, false, time.Time{}
 	}
 	return refresh, nil
 }

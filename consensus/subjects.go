@@ -148,6 +148,10 @@ func (h *RateHolder) Untake(names []string, tokens int, at time.Time) {
 	}
 }
 
+// slowRenewal is how long a renewal may take before a share held to what
+// was sent meanwhile is the ledger's slowness rather than the share's use.
+const slowRenewal = time.Second
+
 // Pending reports whether an attempt costing tokens is refused now only
 // for want of a lease, not for the share's use: no share is in force
 // (none granted yet, or it lapsed while the leader could not be
@@ -169,7 +173,9 @@ func (h *RateHolder) Pending(name string, tokens int, now time.Time) bool {
 	if float64(len(s.sent)) >= s.rpm || s.tokenSum+float64(tokens) > s.tpm {
 		return false // the share is used
 	}
-	// It would admit, but for a renewal under way or the journal's next
-	// record.
-	return s.frozen || h.overCeilingLocked(name, s, tokens)
+	// It would admit, but for the journal's next record, or for a
+	// renewal under way longer than a renewal takes (the ledger slow or
+	// unreachable: a renewal of a few milliseconds is the share's use
+	// being counted, not the mesh's slowness).
+	return s.frozen && now.Sub(s.frozenAt) >= slowRenewal || h.overCeilingLocked(name, s, tokens)
 }

@@ -456,7 +456,7 @@ func (r *run) verdict() error {
 		r.attempts > 0 && allRateLimited(r.res.Attempts):
 		msg := "every provider tried is rate limited"
 		if r.leaseWait {
-			msg = "the mesh has not granted a rate share of the providers tried in time"
+			msg = "the mesh did not grant the escrow or rate share the providers tried need in time"
 		}
 		return &RetryAfterError{After: max(r.rateWait, time.Second), Msg: msg, Transient: !r.farLimited, Lease: r.leaseWait}
 	case r.lastErr == nil:

@@ -185,7 +185,7 @@ func TestRandomFaultsKeepTheGuarantees(t *testing.T) {
 	var log []string
 	start := time.Now()
 	for faults := 0; time.Since(start) < 90*time.Second || faults < 9 && time.Since(start) < 150*time.Second; faults++ {
-		time.Sleep(time.Duration(2000+f.r.IntN(2000)) * time.Millisecond) // the load runs fault-free this long
+		time.Sleep(time.Duration(4000+f.r.IntN(2000)) * time.Millisecond) // the load runs fault-free this long
 		at := time.Now().Format("15:04:05.000")
 		for _, what := range f.fault() {
 			log = append(log, at+" "+what)

@@ -282,9 +282,10 @@ func (m *opsMesh) checkBudget(rep *loadtest.Report) {
 	}
 	// The budget must have been pressed for the check to mean anything:
 	// all of it settled or held as escrow, and requests refused for it.
-	// (Whether they get 402 or 429 depends on where the escrow left sits:
-	// a killed node's stays reserved until its lease is written off.)
-	if committed < 0.9*opsBudget || rep.Budget402+rep.Budget429 == 0 {
+	// (Whether they get 402 or 503 admission_timeout depends on where the
+	// escrow left sits: a killed node's stays reserved until it comes back
+	// or its lease is written off.)
+	if committed < 0.9*opsBudget || rep.Budget402+rep.BudgetWait == 0 {
 		m.t.Fatalf("the capped tenant's budget was not pressed (committed $%.4f of $%g): the test did not test it (%s)", committed, opsBudget, rep)
 	}
 }

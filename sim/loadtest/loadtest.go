@@ -231,18 +231,18 @@ type Tenant struct {
 
 // Report is what the load saw. Read it once Run has returned.
 type Report struct {
-	mu        sync.Mutex
-	Sent      int
-	OK        int
-	Streams   int
-	Budget402 int            // the budgeted tenants' 402s
-	Budget429 int            // and their 429s for escrow held elsewhere
-	BudgetWhy map[string]int // their messages
-	Failures  []string
-	Truncated []string
-	ByNode    map[string]int
-	FirstAt   map[string]time.Time // when each node first answered
-	SpendUSD  map[string]float64   // by tenant, at the load's price
+	mu         sync.Mutex
+	Sent       int
+	OK         int
+	Streams    int
+	Budget402  int            // the budgeted tenants' 402s
+	BudgetWait int            // and their 503 admission_timeouts for escrow held elsewhere
+	BudgetWhy  map[string]int // their messages
+	Failures   []string
+	Truncated  []string
+	ByNode     map[string]int
+	FirstAt    map[string]time.Time // when each node first answered
+	SpendUSD   map[string]float64   // by tenant, at the load's price
 }
 
 // FirstFailures returns at most ten failures and truncations.
@@ -255,8 +255,8 @@ func (r *Report) FirstFailures() ([]string, []string) {
 func (r *Report) String() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Sprintf("sent %d: %d ok (%d streams), the budgeted tenants were refused %d×402 and %d×429 (%v), %d failed, %d truncated; by node %v",
-		r.Sent, r.OK, r.Streams, r.Budget402, r.Budget429, r.BudgetWhy, len(r.Failures), len(r.Truncated), r.ByNode)
+	return fmt.Sprintf("sent %d: %d ok (%d streams), the budgeted tenants were refused %d×402 and %d×503 admission_timeout (%v), %d failed, %d truncated; by node %v",
+		r.Sent, r.OK, r.Streams, r.Budget402, r.BudgetWait, r.BudgetWhy, len(r.Failures), len(r.Truncated), r.ByNode)
 }
 
 // Config is a load: RPS requests a second of Model, one in five a
@@ -323,10 +323,9 @@ func one(c openai.Client, t Tenant, model string, stream bool, maxTok, i int, pr
 		var apiErr *openai.Error
 		rep.mu.Lock()
 		defer rep.mu.Unlock()
-		// The capped tenant's budget runs out: 402, or 429 while the
-		// escrow left is held by other nodes or being renewed, are its
-		// right answers. (Its every provider answering 429 is the budget
-		// too: only cloud-us has a rate limit, and others serve it.)
+		// The capped tenant's budget runs out: 402, or 503
+		// admission_timeout while the escrow left is held by other nodes
+		// or being renewed, are its right answers.
 		if errors.As(err, &apiErr) && t.Budgeted {
 			msg := apiErr.Message
 			if i := strings.Index(msg, " ("); i > 0 {
@@ -337,8 +336,8 @@ func one(c openai.Client, t Tenant, model string, stream bool, maxTok, i int, pr
 				rep.Budget402++
 				rep.BudgetWhy["402"]++
 				return
-			case apiErr.StatusCode == http.StatusTooManyRequests && (strings.Contains(msg, "escrow") || msg == "every provider tried is rate limited"):
-				rep.Budget429++
+			case apiErr.StatusCode == http.StatusServiceUnavailable && apiErr.Code == "admission_timeout":
+				rep.BudgetWait++
 				rep.BudgetWhy[msg]++
 				return
 			}
